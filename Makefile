@@ -1,0 +1,33 @@
+# Everything a fresh machine with Python 3 and make needs: a virtualenv, the provider, its tools.
+PYTHON ?= python3
+VENV ?= .venv
+AIRFLOW_VERSION ?= 3.3.2
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-$(AIRFLOW_VERSION)
+PYTEST_ARGS ?=
+
+.PHONY: install demo test lint typecheck unit clean
+
+$(STAMP): pyproject.toml Makefile
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip uv
+	$(BIN)/uv pip install -q --python $(BIN)/python -e ".[dev]" "apache-airflow==$(AIRFLOW_VERSION)"
+	touch $@
+
+install: $(STAMP)
+
+demo: install
+	$(BIN)/python -m airflow_provider_slurmapi.demo
+
+lint: install
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+typecheck: install
+	$(BIN)/mypy
+
+test: lint typecheck
+	$(BIN)/pytest $(PYTEST_ARGS)
+
+clean:
+	rm -rf $(VENV) .airflow-test .mypy_cache .ruff_cache

@@ -1,0 +1,339 @@
+"""SlurmJobApiClient (requests) and AsyncSlurmJobApiClient (httpx): thin I/O shells around one core.
+
+Everything that is not I/O lives in :class:`BaseSlurmJobApiClient` and :mod:`.operations`: building the
+envelope, reading replies, mapping errors, deciding on retries. Each client only sends bytes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import threading
+import time
+from collections.abc import Generator, Mapping
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from airflow_provider_slurmapi.api import operations as ops
+from airflow_provider_slurmapi.api import versions
+from airflow_provider_slurmapi.api.auth import AuthConfig, TokenSource, token_source
+from airflow_provider_slurmapi.api.envelope import Call, ClusterRef, SlurmReply, encode_envelope, parse_reply
+from airflow_provider_slurmapi.api.errors import (
+    GoogleApiError,
+    SlurmAuthError,
+    SlurmJobApiError,
+    SlurmTransportError,
+)
+from airflow_provider_slurmapi.api.jobs import JobSpec, JobState, SlurmJob
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+DEFAULT_TIMEOUT = 60.0
+_DETECTED: dict[str, str] = {}
+_DETECTED_LOCK = threading.Lock()
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """Exponential backoff with jitter for idempotent calls (GET, DELETE) that failed transiently."""
+
+    attempts: int = 5
+    initial_delay: float = 1.0
+    max_delay: float = 30.0
+    multiplier: float = 2.0
+    jitter: float = 0.5
+
+    def delay(self, attempt: int) -> float:
+        """Seconds to wait before retry number ``attempt`` (1-based)."""
+        base = min(self.max_delay, self.initial_delay * self.multiplier ** (attempt - 1))
+        return base * random.uniform(1 - self.jitter, 1 + self.jitter)
+
+
+class BaseSlurmJobApiClient:
+    """The shared, I/O-free half of both clients."""
+
+    def __init__(
+        self,
+        cluster: ClusterRef,
+        *,
+        auth: AuthConfig | None = None,
+        api_version: str = versions.DEFAULT_VERSION,
+        timeout: float = DEFAULT_TIMEOUT,
+        retry: RetryPolicy | None = None,
+        tokens: TokenSource | None = None,
+    ) -> None:
+        self.cluster = cluster
+        self.auth = auth or AuthConfig()
+        self.tokens = tokens or token_source(self.auth)
+        self._api_version = versions.check_version(api_version)
+        if not isinstance(timeout, (int, float)) or isinstance(timeout, bool) or timeout <= 0:
+            raise SlurmJobApiError(f"timeout: {timeout!r} is not a positive number of seconds.")
+        self.timeout = float(timeout)
+        self.retry = retry or RetryPolicy()
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.cluster.resource_name}, api_version={self._api_version})"
+
+    def _headers(self, token: str) -> dict[str, str]:
+        headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
+        if self.auth.quota_project_id:
+            headers["x-goog-user-project"] = self.auth.quota_project_id
+        return headers
+
+    def _retry_delay(self, call: Call, error: SlurmJobApiError, attempt: int) -> float | None:
+        """Seconds to wait before trying ``call`` again, or None to give up and raise ``error``."""
+        if isinstance(error, GoogleApiError) and error.code == 401 and attempt == 1:
+            self.tokens.invalidate()
+            return 0.0
+        if not error.retryable or attempt >= self.retry.attempts:
+            return None
+        if not call.idempotent and not _never_sent(error):
+            return None
+        delay = self.retry.delay(attempt)
+        log.warning(
+            "%s failed (%s); retry %d/%d in %.1fs",
+            call.describe(),
+            error,
+            attempt,
+            self.retry.attempts - 1,
+            delay,
+        )
+        return delay
+
+    def _version_key(self) -> str:
+        return f"{self.cluster.url}|{self.auth.cache_key()}"
+
+
+def _never_sent(error: SlurmJobApiError) -> bool:
+    """True when the request certainly did not reach Slurm, so even a submit may be sent again."""
+    if isinstance(error, SlurmAuthError):
+        return True
+    if isinstance(error, GoogleApiError):
+        return error.code in (429, 503) or error.status in ("UNAVAILABLE", "RESOURCE_EXHAUSTED")
+    return isinstance(error, SlurmTransportError) and not error.ambiguous
+
+
+def _detect_version() -> ops.Operation[str]:
+    """The newest API version the cluster answers a ping on."""
+    last: Exception | None = None
+    for version in reversed(versions.SUPPORTED_VERSIONS):
+        try:
+            reply = yield Call("GET", versions.ping_path(version))
+        except GoogleApiError as err:
+            if err.code in (400, 404):
+                last = err
+                continue
+            raise
+        if 200 <= reply.status < 300:
+            return version
+    raise SlurmJobApiError(
+        f"api_version auto: the cluster answered no Slurm REST version in {versions.SUPPORTED_VERSIONS} "
+        f"({last}). Set api_version explicitly in the connection."
+    )
+
+
+class SlurmJobApiClient(BaseSlurmJobApiClient):
+    """Blocking client over a pooled ``requests.Session``."""
+
+    def __init__(self, cluster: ClusterRef, **kwargs: Any) -> None:
+        super().__init__(cluster, **kwargs)
+        import requests
+
+        self._session = requests.Session()
+        self._session.mount("https://", requests.adapters.HTTPAdapter(pool_maxsize=16))
+
+    def close(self) -> None:
+        self._session.close()
+
+    def __enter__(self) -> SlurmJobApiClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def run(self, op: Generator[Call, SlurmReply, T]) -> T:
+        """Drive a sans-IO operation from :mod:`.operations` to its result."""
+        try:
+            call = next(op)
+            while True:
+                try:
+                    reply = self._send(call)
+                except SlurmJobApiError as err:
+                    call = op.throw(err)
+                else:
+                    call = op.send(reply)
+        except StopIteration as done:
+            return done.value  # type: ignore[no-any-return]
+
+    def _send(self, call: Call) -> SlurmReply:
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                return self._send_once(call)
+            except SlurmJobApiError as err:
+                delay = self._retry_delay(call, err, attempt)
+                if delay is None:
+                    raise
+                time.sleep(delay)
+
+    def _send_once(self, call: Call) -> SlurmReply:
+        import requests
+
+        content = encode_envelope(call)
+        headers = self._headers(self.tokens.token())
+        try:
+            response = self._session.post(self.cluster.url, data=content, headers=headers, timeout=self.timeout)
+        except requests.exceptions.ConnectTimeout as err:
+            raise SlurmTransportError(f"{call.describe()}: could not connect ({type(err).__name__})") from None
+        except requests.exceptions.ConnectionError as err:
+            refused = "refused" in str(err).lower() or "NewConnectionError" in str(err)
+            raise SlurmTransportError(
+                f"{call.describe()}: connection failed ({type(err).__name__})", ambiguous=not refused
+            ) from None
+        except requests.exceptions.Timeout as err:
+            raise SlurmTransportError(
+                f"{call.describe()}: no reply within {self.timeout:.0f}s ({type(err).__name__})",
+                ambiguous=True,
+            ) from None
+        return parse_reply(response.status_code, response.content, what=call.describe())
+
+    @property
+    def api_version(self) -> str:
+        """The Slurm REST version in use; ``auto`` is resolved once per connection and cached."""
+        if self._api_version == versions.AUTO:
+            key = self._version_key()
+            with _DETECTED_LOCK:
+                found = _DETECTED.get(key)
+            if found is None:
+                found = self.run(_detect_version())
+                with _DETECTED_LOCK:
+                    _DETECTED[key] = found
+            self._api_version = found
+        return self._api_version
+
+    def call_slurm(self, method: str, path: str, body: Mapping[str, Any] | None = None) -> tuple[int, dict]:
+        reply = self.run(ops.raw_call(method, path, body))
+        return reply.status, reply.body
+
+    def submit_job(self, spec: JobSpec) -> ops.Submitted:
+        return self.run(ops.submit_job(self.api_version, spec))
+
+    def get_job(self, job_id: object, *, recently_submitted: bool = False) -> SlurmJob:
+        return self.run(ops.get_job(self.api_version, job_id, recently_submitted=recently_submitted))
+
+    def get_jobs(self, job_id: object) -> list[SlurmJob]:
+        return self.run(ops.get_jobs(self.api_version, job_id))
+
+    def list_jobs(self) -> list[SlurmJob]:
+        return self.run(ops.list_jobs(self.api_version))
+
+    def list_accounted_jobs(self, **filters: str) -> list[SlurmJob]:
+        return self.run(ops.list_accounted_jobs(self.api_version, **filters))
+
+    def job_states(self, job_ids: list[object]) -> dict[str, JobState]:
+        return self.run(ops.job_states(self.api_version, job_ids))
+
+    def cancel_job(self, job_id: object) -> ops.Cancelled:
+        return self.run(ops.cancel_job(self.api_version, job_id))
+
+    def ping(self) -> ops.Ping:
+        return self.run(ops.ping(self.api_version))
+
+
+class AsyncSlurmJobApiClient(BaseSlurmJobApiClient):
+    """Non-blocking client over ``httpx.AsyncClient``; token refreshes run off the event loop."""
+
+    def __init__(self, cluster: ClusterRef, **kwargs: Any) -> None:
+        super().__init__(cluster, **kwargs)
+        self._http: Any = None
+
+    async def aclose(self) -> None:
+        if self._http is not None:
+            await self._http.aclose()
+            self._http = None
+
+    async def __aenter__(self) -> AsyncSlurmJobApiClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def run(self, op: Generator[Call, SlurmReply, T]) -> T:
+        """Drive a sans-IO operation from :mod:`.operations` to its result."""
+        try:
+            call = next(op)
+            while True:
+                try:
+                    reply = await self._send(call)
+                except SlurmJobApiError as err:
+                    call = op.throw(err)
+                else:
+                    call = op.send(reply)
+        except StopIteration as done:
+            return done.value  # type: ignore[no-any-return]
+
+    async def _send(self, call: Call) -> SlurmReply:
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                return await self._send_once(call)
+            except SlurmJobApiError as err:
+                delay = self._retry_delay(call, err, attempt)
+                if delay is None:
+                    raise
+                await asyncio.sleep(delay)
+
+    async def _send_once(self, call: Call) -> SlurmReply:
+        import httpx
+
+        if self._http is None:
+            self._http = httpx.AsyncClient(timeout=self.timeout)
+        content = encode_envelope(call)
+        headers = self._headers(await self.tokens.atoken())
+        try:
+            response = await self._http.post(self.cluster.url, content=content, headers=headers)
+        except httpx.ConnectError as err:
+            raise SlurmTransportError(f"{call.describe()}: could not connect ({type(err).__name__})") from None
+        except httpx.ConnectTimeout as err:
+            raise SlurmTransportError(f"{call.describe()}: could not connect ({type(err).__name__})") from None
+        except httpx.TimeoutException as err:
+            raise SlurmTransportError(
+                f"{call.describe()}: no reply within {self.timeout:.0f}s ({type(err).__name__})",
+                ambiguous=True,
+            ) from None
+        except httpx.TransportError as err:
+            raise SlurmTransportError(
+                f"{call.describe()}: connection failed ({type(err).__name__})", ambiguous=True
+            ) from None
+        return parse_reply(response.status_code, response.content, what=call.describe())
+
+    async def api_version(self) -> str:
+        """The Slurm REST version in use; ``auto`` is resolved once per connection and cached."""
+        if self._api_version == versions.AUTO:
+            key = self._version_key()
+            found = _DETECTED.get(key)
+            if found is None:
+                found = await self.run(_detect_version())
+                _DETECTED[key] = found
+            self._api_version = found
+        return self._api_version
+
+    async def call_slurm(self, method: str, path: str, body: Mapping[str, Any] | None = None) -> tuple[int, dict]:
+        reply = await self.run(ops.raw_call(method, path, body))
+        return reply.status, reply.body
+
+    async def get_job(self, job_id: object, *, recently_submitted: bool = False) -> SlurmJob:
+        version = await self.api_version()
+        return await self.run(ops.get_job(version, job_id, recently_submitted=recently_submitted))
+
+    async def get_jobs(self, job_id: object) -> list[SlurmJob]:
+        return await self.run(ops.get_jobs(await self.api_version(), job_id))
+
+    async def job_states(self, job_ids: list[object]) -> dict[str, JobState]:
+        return await self.run(ops.job_states(await self.api_version(), job_ids))
+
+    async def cancel_job(self, job_id: object) -> ops.Cancelled:
+        return await self.run(ops.cancel_job(await self.api_version(), job_id))

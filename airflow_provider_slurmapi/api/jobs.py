@@ -1,0 +1,564 @@
+"""Slurm jobs as the provider sees them: JobState, SlurmJob (one view of /slurm and /slurmdb) and JobSpec."""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+from airflow_provider_slurmapi.api.errors import SlurmJobSpecError
+from airflow_provider_slurmapi.api.versions import DEFAULT_VERSION, output_is_pattern
+
+BASE_STATES = frozenset(
+    {
+        "PENDING",
+        "RUNNING",
+        "SUSPENDED",
+        "COMPLETED",
+        "CANCELLED",
+        "FAILED",
+        "TIMEOUT",
+        "NODE_FAIL",
+        "PREEMPTED",
+        "BOOT_FAIL",
+        "DEADLINE",
+        "OUT_OF_MEMORY",
+    }
+)
+TERMINAL_STATES = frozenset(BASE_STATES - {"PENDING", "RUNNING", "SUSPENDED"})
+# While any of these flags is set the job is still moving, whatever its base state says.
+UNSETTLED_FLAGS = frozenset({"COMPLETING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "STAGE_OUT"})
+# Failures of the machine rather than of the job: another try may well succeed.
+RETRYABLE_STATES = frozenset({"NODE_FAIL", "BOOT_FAIL", "PREEMPTED"})
+
+
+@dataclass(frozen=True)
+class JobState:
+    """A Slurm job state: one base state plus flags, e.g. ``["CANCELLED", "COMPLETING"]``."""
+
+    base: str
+    flags: frozenset[str] = frozenset()
+
+    @classmethod
+    def parse(cls, value: Any) -> JobState:
+        """From a v0.0.40+ list, or an older/slurmdb string such as ``"CANCELLED by 1000"``."""
+        if isinstance(value, str):
+            items = [value.split()[0]] if value.strip() else []
+        elif isinstance(value, (list, tuple)):
+            items = [str(v).strip().upper() for v in value if str(v).strip()]
+        else:
+            items = []
+        items = [i.rstrip("+") for i in items]
+        base = next((i for i in items if i in BASE_STATES), items[0] if items else "UNKNOWN")
+        return cls(base=base, flags=frozenset(i for i in items if i != base))
+
+    @property
+    def is_terminal(self) -> bool:
+        """Slurm's own rule: a terminal base state with none of COMPLETING/REQUEUED/STAGE_OUT set."""
+        return self.base in TERMINAL_STATES and not (self.flags & UNSETTLED_FLAGS)
+
+    @property
+    def is_success(self) -> bool:
+        return self.is_terminal and self.base == "COMPLETED"
+
+    @property
+    def is_retryable_failure(self) -> bool:
+        return self.is_terminal and self.base in RETRYABLE_STATES
+
+    @property
+    def is_pending(self) -> bool:
+        return self.base == "PENDING" or bool(self.flags & {"REQUEUED", "REQUEUE_HOLD"})
+
+    def as_list(self) -> list[str]:
+        return [self.base, *sorted(self.flags)]
+
+    def __str__(self) -> str:
+        return "+".join(self.as_list())
+
+
+def number(value: Any) -> int | float | None:
+    """A Slurm number: plain, or ``{set, infinite, number}`` (None when unset or infinite)."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, (int, float)):
+        return value
+    if isinstance(value, Mapping):
+        if not value.get("set", True) or value.get("infinite"):
+            return None
+        return number(value.get("number"))
+    return None
+
+
+def _int(value: Any) -> int | None:
+    n = number(value)
+    return int(n) if n is not None else None
+
+
+def _time(value: Any) -> datetime | None:
+    n = _int(value)
+    return datetime.fromtimestamp(n, tz=timezone.utc) if n else None
+
+
+def _str(value: Any) -> str:
+    return value if isinstance(value, str) else ""
+
+
+def expand_output_pattern(pattern: str, *, job_id: int, name: str, user: str = "", array: Any = None) -> str:
+    """Expand the ``%j``/``%x``/``%u``/``%A``/``%a`` of a Slurm output pattern."""
+    if not pattern or "%" not in pattern:
+        return pattern
+    master, task = array if array else (job_id, None)
+    values = {
+        "j": str(job_id),
+        "x": name,
+        "u": user,
+        "A": str(master),
+        "a": "" if task is None else str(task),
+    }
+    return re.sub(r"%([jxuAa%])", lambda m: "%" if m.group(1) == "%" else values[m.group(1)], pattern)
+
+
+@dataclass
+class ExitCode:
+    """How a job's batch script ended: return code, or the signal that killed it."""
+
+    return_code: int | None = None
+    signal: int | None = None
+    signal_name: str = ""
+    status: tuple[str, ...] = ()
+
+    @classmethod
+    def parse(cls, value: Any) -> ExitCode:
+        if isinstance(value, int):
+            return cls(return_code=value)
+        if not isinstance(value, Mapping):
+            return cls()
+        sig = obj(value.get("signal"))
+        status = value.get("status")
+        return cls(
+            return_code=_int(value.get("return_code")),
+            signal=_int(sig.get("id")),
+            signal_name=_str(sig.get("name")),
+            status=tuple(status) if isinstance(status, list) else (),
+        )
+
+    def __str__(self) -> str:
+        if self.signal:
+            return f"signal {self.signal}{f' ({self.signal_name})' if self.signal_name else ''}"
+        return "unknown" if self.return_code is None else str(self.return_code)
+
+
+@dataclass
+class SlurmJob:
+    """One Slurm job, normalized from either an active-queue job_info or an accounting record."""
+
+    job_id: int
+    name: str
+    state: JobState
+    state_reason: str = ""
+    state_description: str = ""
+    exit_code: ExitCode = field(default_factory=ExitCode)
+    submit_time: datetime | None = None
+    start_time: datetime | None = None
+    end_time: datetime | None = None
+    elapsed: timedelta | None = None
+    time_limit_minutes: int | None = None
+    nodes: str = ""
+    node_count: int | None = None
+    partition: str = ""
+    user: str = ""
+    account: str = ""
+    comment: str = ""
+    standard_output: str = ""
+    standard_error: str = ""
+    working_directory: str = ""
+    array_job_id: int | None = None
+    array_task_id: int | None = None
+    het_job_id: int | None = None
+    het_job_offset: int | None = None
+    restart_count: int = 0
+    tres_requested: str = ""
+    tres_allocated: str = ""
+    source: str = "slurm"
+    raw: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    @property
+    def display_id(self) -> str:
+        """``123`` or, for an array task, ``123_4`` as squeue shows it."""
+        if self.array_job_id and self.array_task_id is not None:
+            return f"{self.array_job_id}_{self.array_task_id}"
+        return str(self.job_id)
+
+    @classmethod
+    def from_job_info(cls, record: Mapping[str, Any], version: str = DEFAULT_VERSION) -> SlurmJob:
+        """From a ``/slurm/{v}/job/{id}`` ``jobs[]`` entry."""
+        job_id = _int(record.get("job_id")) or 0
+        name = _str(record.get("name"))
+        user = _str(record.get("user_name"))
+        array = _array(record.get("array_job_id"), record.get("array_task_id"))
+        start, end = _time(record.get("start_time")), _time(record.get("end_time"))
+        state = JobState.parse(record.get("job_state"))
+        stdout, stderr = _outputs(record, version, job_id=job_id, name=name, user=user, array=array)
+        return cls(
+            job_id=job_id,
+            name=name,
+            state=state,
+            state_reason=_reason(record.get("state_reason")),
+            state_description=_str(record.get("state_description")),
+            exit_code=ExitCode.parse(record.get("exit_code")),
+            submit_time=_time(record.get("submit_time")),
+            start_time=start,
+            end_time=end,
+            elapsed=_elapsed(start, end, state),
+            time_limit_minutes=_int(record.get("time_limit")),
+            nodes=_str(record.get("nodes")),
+            node_count=_int(record.get("node_count")),
+            partition=_str(record.get("partition")),
+            user=user,
+            account=_str(record.get("account")),
+            comment=_str(record.get("comment")),
+            standard_output=stdout,
+            standard_error=stderr,
+            working_directory=_str(record.get("current_working_directory")),
+            array_job_id=array[0] if array else None,
+            array_task_id=array[1] if array else None,
+            het_job_id=_int(record.get("het_job_id")) or None,
+            het_job_offset=_int(record.get("het_job_offset")) if _int(record.get("het_job_id")) else None,
+            restart_count=_int(record.get("restart_cnt")) or 0,
+            tres_requested=_str(record.get("tres_req_str")),
+            tres_allocated=_str(record.get("tres_alloc_str")),
+            source="slurm",
+            raw=dict(record),
+        )
+
+    @classmethod
+    def from_slurmdb(cls, record: Mapping[str, Any], version: str = DEFAULT_VERSION) -> SlurmJob:
+        """From a ``/slurmdb/{v}/job/{id}`` ``jobs[]`` entry (state in ``state.current``, times in ``time``)."""
+        job_id = _int(record.get("job_id")) or 0
+        name = _str(record.get("name"))
+        user = _str(record.get("user"))
+        arr = obj(record.get("array"))
+        array = _array(arr.get("job_id"), arr.get("task_id"))
+        times = obj(record.get("time"))
+        state_block = record.get("state")
+        if isinstance(state_block, Mapping):
+            state, reason = JobState.parse(state_block.get("current")), _reason(state_block.get("reason"))
+        else:
+            state, reason = JobState.parse(state_block), ""
+        het = obj(record.get("het"))
+        comment = record.get("comment")
+        elapsed = _int(times.get("elapsed"))
+        tres = obj(record.get("tres"))
+        return cls(
+            job_id=job_id,
+            name=name,
+            state=state,
+            state_reason=reason,
+            exit_code=ExitCode.parse(record.get("exit_code")),
+            submit_time=_time(times.get("submission")),
+            start_time=_time(times.get("start")),
+            end_time=_time(times.get("end")),
+            elapsed=timedelta(seconds=elapsed) if elapsed is not None else None,
+            time_limit_minutes=_int(times.get("limit")),
+            nodes=_str(record.get("nodes")),
+            node_count=_int(record.get("allocation_nodes")),
+            partition=_str(record.get("partition")),
+            user=user,
+            account=_str(record.get("account")),
+            comment=_str(comment.get("job")) if isinstance(comment, Mapping) else _str(comment),
+            standard_output=_db_output(record, "stdout", job_id=job_id, name=name, user=user, array=array),
+            standard_error=_db_output(record, "stderr", job_id=job_id, name=name, user=user, array=array),
+            working_directory=_str(record.get("working_directory")),
+            array_job_id=array[0] if array else None,
+            array_task_id=array[1] if array else None,
+            het_job_id=_int(het.get("job_id")) or None,
+            het_job_offset=_int(het.get("job_offset")),
+            restart_count=_int(record.get("restart_cnt")) or 0,
+            tres_requested=_tres_string(tres.get("requested")),
+            tres_allocated=_tres_string(tres.get("allocated")),
+            source="slurmdb",
+            raw=dict(record),
+        )
+
+    def describe_state(self) -> str:
+        """``PENDING (Resources)``, ``RUNNING on node[1-4]``, ``FAILED (NonZeroExitCode)``."""
+        text = str(self.state)
+        if self.state.base == "RUNNING" and self.nodes:
+            return f"{text} on {self.nodes}"
+        if self.state_reason and self.state_reason != "None":
+            return f"{text} ({self.state_reason})"
+        return text
+
+    def summary(self) -> dict[str, Any]:
+        """A JSON-friendly summary for XCom and logs."""
+        return {
+            "job_id": self.job_id,
+            "display_id": self.display_id,
+            "name": self.name,
+            "state": str(self.state),
+            "state_reason": self.state_reason,
+            "exit_code": self.exit_code.return_code,
+            "exit_signal": self.exit_code.signal,
+            "submit_time": self.submit_time.isoformat() if self.submit_time else None,
+            "start_time": self.start_time.isoformat() if self.start_time else None,
+            "end_time": self.end_time.isoformat() if self.end_time else None,
+            "elapsed_seconds": int(self.elapsed.total_seconds()) if self.elapsed is not None else None,
+            "nodes": self.nodes,
+            "partition": self.partition,
+            "standard_output": self.standard_output,
+            "standard_error": self.standard_error,
+            "array_job_id": self.array_job_id,
+            "array_task_id": self.array_task_id,
+            "source": self.source,
+        }
+
+
+def _reason(value: Any) -> str:
+    return _str(value) or ""
+
+
+def _array(master: Any, task: Any) -> tuple[int, int] | None:
+    m, t = _int(master), _int(task)
+    return (m, t) if m and t is not None else None
+
+
+def _elapsed(start: datetime | None, end: datetime | None, state: JobState) -> timedelta | None:
+    if start is None:
+        return None
+    if end is not None and end >= start and state.base != "RUNNING":
+        return end - start
+    return datetime.now(tz=timezone.utc) - start
+
+
+def _outputs(
+    record: Mapping[str, Any], version: str, *, job_id: int, name: str, user: str, array: Any
+) -> tuple[str, str]:
+    result: list[str] = []
+    for key, expanded in (("standard_output", "stdout_expanded"), ("standard_error", "stderr_expanded")):
+        path = _str(record.get(expanded))
+        if not path:
+            raw = _str(record.get(key))
+            path = expand_output_pattern(raw, job_id=job_id, name=name, user=user, array=array)
+            if not path and key == "standard_error" and not output_is_pattern(version):
+                path = result[0] if result else ""
+        result.append(path)
+    return result[0], result[1]
+
+
+def _db_output(record: Mapping[str, Any], key: str, **names: Any) -> str:
+    path = _str(record.get(f"{key}_expanded"))
+    return path or expand_output_pattern(_str(record.get(key)), **names)
+
+
+def _tres_string(items: Any) -> str:
+    if not isinstance(items, list):
+        return ""
+    parts = []
+    for item in items:
+        if isinstance(item, Mapping) and isinstance(item.get("count"), int) and item["count"] >= 0:
+            kind = _str(item.get("type"))
+            name = _str(item.get("name"))
+            parts.append(f"{kind}{'/' + name if name else ''}={item['count']}")
+    return ",".join(parts)
+
+
+# ---------------------------------------------------------------------------------------------------
+# JobSpec: the submit body, validated before anything is sent.
+
+DEFAULT_ENVIRONMENT: tuple[str, ...] = ("PATH=/bin:/usr/bin",)
+_STR_FIELDS = (
+    "name",
+    "partition",
+    "account",
+    "qos",
+    "comment",
+    "reservation",
+    "constraints",
+    "dependency",
+    "array",
+    "tres_per_node",
+    "tres_per_job",
+    "tres_per_task",
+    "standard_output",
+    "standard_error",
+    "standard_input",
+    "licenses",
+    "nodes",
+    "wckey",
+    "mail_user",
+)
+_INT_FIELDS = ("minimum_nodes", "maximum_nodes", "tasks", "tasks_per_node", "cpus_per_task", "minimum_cpus")
+_BOOL_FIELDS = ("hold", "requeue", "contiguous")
+_NUMBER_STRUCT_FIELDS = ("memory_per_node", "memory_per_cpu", "priority")
+_MEMORY = re.compile(r"^\s*([0-9]+)\s*([KMGT]?)B?\s*$", re.IGNORECASE)
+
+
+def no_val(value: int) -> dict[str, Any]:
+    """Slurm's ``{set, infinite, number}`` wrapper for a number."""
+    return {"set": True, "infinite": False, "number": value}
+
+
+def time_limit_minutes(value: Any, field_name: str = "time_limit") -> int:
+    """Minutes from an int, a timedelta, or a ``{"set": true, "number": N}`` object (rounded up)."""
+    if isinstance(value, timedelta):
+        minutes = math.ceil(value.total_seconds() / 60)
+    elif isinstance(value, Mapping) and isinstance(value.get("number"), int):
+        minutes = value["number"]
+    elif isinstance(value, int) and not isinstance(value, bool):
+        minutes = value
+    else:
+        raise SlurmJobSpecError(
+            field_name,
+            f"{value!r} ({type(value).__name__}) is not a time limit",
+            "Give minutes as an int (e.g. 120) or a datetime.timedelta.",
+        )
+    if minutes <= 0:
+        raise SlurmJobSpecError(field_name, f"{value!r} is not positive", "Give at least 1 minute.")
+    return minutes
+
+
+def memory_megabytes(value: Any, field_name: str) -> int:
+    """Megabytes from an int (MB) or a string such as ``"16G"``."""
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return value
+    if isinstance(value, Mapping) and isinstance(value.get("number"), int):
+        return int(value["number"])
+    match = _MEMORY.match(value) if isinstance(value, str) else None
+    if not match:
+        raise SlurmJobSpecError(
+            field_name,
+            f"{value!r} is not an amount of memory",
+            "Give megabytes as an int (e.g. 16000) or a string such as '16G'.",
+        )
+    factor = {"": 1, "K": 1 / 1024, "M": 1, "G": 1024, "T": 1024 * 1024}[match.group(2).upper()]
+    return math.ceil(int(match.group(1)) * factor)
+
+
+def merge_environment(user: Any, defaults: Iterable[str] = DEFAULT_ENVIRONMENT) -> list[str]:
+    """``KEY=VALUE`` strings: the defaults, overridden and extended by the user's dict or list."""
+    merged: dict[str, str] = {}
+    for item in defaults:
+        key, _, val = item.partition("=")
+        merged[key] = val
+    if user is None:
+        items: list[tuple[Any, Any]] = []
+    elif isinstance(user, Mapping):
+        items = list(user.items())
+    elif isinstance(user, (list, tuple)):
+        items = []
+        for entry in user:
+            if not isinstance(entry, str) or "=" not in entry or entry.startswith("="):
+                raise SlurmJobSpecError(
+                    "environment",
+                    f"entry {entry!r} is not a KEY=VALUE string",
+                    "Give a dict {'KEY': 'value'} or a list of 'KEY=value' strings.",
+                )
+            key, _, val = entry.partition("=")
+            items.append((key, val))
+    else:
+        raise SlurmJobSpecError(
+            "environment",
+            f"{type(user).__name__} is not an environment",
+            "Give a dict {'KEY': 'value'} or a list of 'KEY=value' strings.",
+        )
+    for key, val in items:
+        if not isinstance(key, str) or not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", key):
+            raise SlurmJobSpecError(
+                "environment", f"{key!r} is not a valid variable name", "Use letters, digits and _."
+            )
+        if val is None or isinstance(val, (dict, list, tuple, set)):
+            raise SlurmJobSpecError("environment", f"{key} has the value {val!r}", "Give each variable a string value.")
+        merged[key] = str(val)
+    return [f"{k}={v}" for k, v in merged.items()]
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """A submit body that passed every check this provider can make before sending it.
+
+    Build it with :meth:`build`; :meth:`body` is the ``job/submit`` payload.
+    """
+
+    script: str
+    job: Mapping[str, Any]
+
+    @classmethod
+    def build(cls, script: Any, job: Mapping[str, Any] | None) -> JobSpec:
+        if not isinstance(script, str) or not script.strip():
+            raise SlurmJobSpecError("script", "is empty", "Pass the batch script's content, starting with a #! line.")
+        if not script.startswith("#!"):
+            raise SlurmJobSpecError(
+                "script",
+                f"does not start with '#!' (it starts with {script[:20]!r})",
+                "Slurm batch scripts need an interpreter line such as #!/bin/bash. Pass the script's "
+                "content, not a path to it.",
+            )
+        if job is None:
+            job = {}
+        if not isinstance(job, Mapping):
+            raise SlurmJobSpecError("job", f"is a {type(job).__name__}", "Pass the Slurm job fields as a dict.")
+        return cls(script=script, job=_check_job(job))
+
+    def body(self) -> dict[str, Any]:
+        return {"job": dict(self.job), "script": self.script}
+
+
+def _check_job(job: Mapping[str, Any]) -> dict[str, Any]:
+    out = dict(job)
+    for key in out:
+        if not isinstance(key, str) or not key:
+            raise SlurmJobSpecError("job", f"has a field named {key!r}", "Field names are Slurm's strings.")
+    cwd = out.get("current_working_directory")
+    if not isinstance(cwd, str) or not cwd.startswith("/"):
+        problem = "is missing" if cwd is None else f"{cwd!r} is not an absolute path"
+        raise SlurmJobSpecError(
+            "current_working_directory",
+            problem,
+            "Slurm needs the job's working directory on the cluster: give an absolute path such as "
+            "/home/USERNAME (current_working_directory=... on the operator).",
+        )
+    for name in _STR_FIELDS:
+        if name in out and not isinstance(out[name], str):
+            if name == "nodes" and isinstance(out[name], int) and not isinstance(out[name], bool):
+                out[name] = str(out[name])
+                continue
+            raise SlurmJobSpecError(
+                name, f"{out[name]!r} ({type(out[name]).__name__}) is not a string", "Give a string value."
+            )
+    for name in _INT_FIELDS:
+        value = out.get(name)
+        if name in out and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise SlurmJobSpecError(name, f"{value!r} is not a positive integer", "Give an int of 1 or more.")
+    for name in _BOOL_FIELDS:
+        if name in out and not isinstance(out[name], bool):
+            raise SlurmJobSpecError(name, f"{out[name]!r} is not true/false", "Give a bool.")
+    if "time_limit" in out:
+        out["time_limit"] = no_val(time_limit_minutes(out["time_limit"]))
+    for name in ("memory_per_node", "memory_per_cpu"):
+        if name in out:
+            out[name] = no_val(memory_megabytes(out[name], name))
+    if "priority" in out:
+        value = out["priority"]
+        if isinstance(value, bool) or not isinstance(value, (int, Mapping)):
+            raise SlurmJobSpecError("priority", f"{value!r} is not a number", "Give an int.")
+        if isinstance(value, int):
+            out["priority"] = no_val(value)
+    out["environment"] = merge_environment(out.get("environment"))
+    if "array" in out and not re.match(r"^[0-9,\-:%]+$", out["array"]):
+        raise SlurmJobSpecError(
+            "array", f"{out['array']!r} is not an array spec", "Use Slurm's form, e.g. '0-15' or '0-15%4'."
+        )
+    return out
+
+
+def obj(value: Any) -> Mapping[str, Any]:
+    """``value`` if it is a JSON object, else an empty one (replies vary between versions)."""
+    return value if isinstance(value, Mapping) else {}
+
+
+def seq(value: Any) -> list[Any]:
+    """``value`` if it is a JSON list, else an empty one."""
+    return value if isinstance(value, list) else []

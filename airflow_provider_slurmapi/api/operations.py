@@ -1,0 +1,240 @@
+"""Every API operation, written once as a sans-IO generator that yields Calls and receives SlurmReplies.
+
+A client drives an operation with ``send``: the sync client does the I/O with requests, the async
+client with httpx, and both share every line of request building, reply reading and error mapping::
+
+    op = get_job("v0.0.42", 123)
+    call = next(op)
+    while True:
+        reply = do_the_io(call)
+        try:
+            call = op.send(reply)
+        except StopIteration as done:
+            return done.value
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from airflow_provider_slurmapi.api import versions
+from airflow_provider_slurmapi.api.envelope import Call, SlurmReply, slurm_error
+from airflow_provider_slurmapi.api.errors import (
+    SlurmApiError,
+    SlurmJobNotFoundError,
+    SlurmMessage,
+    format_messages,
+)
+from airflow_provider_slurmapi.api.jobs import JobSpec, JobState, SlurmJob, obj, seq
+
+T = TypeVar("T")
+Operation = Generator[Call, SlurmReply, T]
+
+ERR_INVALID_JOB_ID = 2017
+ERR_ALREADY_DONE = 2021
+
+
+@dataclass
+class Submitted:
+    """A job accepted by Slurm, with the warnings it gave (ignored fields, changed values)."""
+
+    job_id: int
+    warnings: list[SlurmMessage] = field(default_factory=list)
+    user_message: str = ""
+
+
+@dataclass
+class Cancelled:
+    """The outcome of a cancel: ``already_finished`` when Slurm said there was nothing left to stop."""
+
+    job_id: int
+    already_finished: bool = False
+    warnings: list[SlurmMessage] = field(default_factory=list)
+
+
+@dataclass
+class Ping:
+    """Slurm's answer to a ping: its release and whether every controller responds."""
+
+    release: str
+    cluster: str
+    responding: bool
+    data_parser: str = ""
+
+
+def raw_call(method: str, path: str, body: Mapping[str, Any] | None = None) -> Operation[SlurmReply]:
+    """Any Slurm REST call, returning the reply as it came (nothing raised for Slurm-level errors)."""
+    return (yield Call(method.upper().removeprefix("HTTP_METHOD_"), path, body))
+
+
+def submit_job(version: str, spec: JobSpec) -> Operation[Submitted]:
+    reply = yield Call("POST", versions.submit_path(version), spec.body())
+    reply.raise_for_errors("submit the job")
+    job_id = reply.body.get("job_id")
+    if not isinstance(job_id, int) or isinstance(job_id, bool) or job_id <= 0:
+        raise SlurmApiError(
+            f"Slurm accepted the submit but its reply has no job id (job_id={job_id!r}); look for the job "
+            "with list_jobs() before submitting again.",
+            http_status=reply.status,
+            warnings=reply.warnings,
+        )
+    return Submitted(job_id, reply.warnings, str(reply.body.get("job_submit_user_msg") or ""))
+
+
+def get_active_job(version: str, job_id: object) -> Operation[SlurmJob | None]:
+    """The job from the active queue, or None once it has left it (HTTP 404 / error 2017)."""
+    reply = yield Call("GET", versions.job_path(version, job_id))
+    if reply.status == 404 or any(e.error_number == ERR_INVALID_JOB_ID for e in reply.errors):
+        return None
+    reply.raise_for_errors(f"read job {job_id}")
+    return _pick(_records(reply), job_id, SlurmJob.from_job_info, version)
+
+
+def get_accounted_job(version: str, job_id: object) -> Operation[SlurmJob | None]:
+    """The job from accounting (/slurmdb), or None when it holds no record of it (yet)."""
+    reply = yield Call("GET", versions.slurmdb_job_path(version, job_id))
+    reply.raise_for_errors(f"read job {job_id} from accounting (slurmdbd)")
+    return _pick(_records(reply), job_id, SlurmJob.from_slurmdb, version)
+
+
+def get_job(version: str, job_id: object, *, recently_submitted: bool = False) -> Operation[SlurmJob]:
+    """The active queue first; once the job has left it, accounting.
+
+    ``recently_submitted``: the caller knows the job exists, so an empty answer from both places means
+    "not recorded yet" (a pending placeholder is returned) rather than "gone".
+    """
+    job = yield from get_active_job(version, job_id)
+    if job is not None:
+        return job
+    job = yield from get_accounted_job(version, job_id)
+    if job is not None:
+        return job
+    if recently_submitted:
+        return SlurmJob(
+            job_id=int(str(job_id).split("_")[0]),
+            name="",
+            state=JobState("PENDING"),
+            state_reason="NotYetRecorded",
+            source="none",
+        )
+    raise SlurmJobNotFoundError(
+        f"Slurm job {job_id} is neither in the active queue nor in accounting (slurmdb): check the job id "
+        "and the connection's cluster, or whether accounting keeps jobs this old.",
+        http_status=404,
+    )
+
+
+def get_jobs(version: str, job_id: object) -> Operation[list[SlurmJob]]:
+    """Every record of a job id: for an array job, one per task (active queue, else accounting)."""
+    reply = yield Call("GET", versions.job_path(version, job_id))
+    if reply.status != 404 and not any(e.error_number == ERR_INVALID_JOB_ID for e in reply.errors):
+        reply.raise_for_errors(f"read job {job_id}")
+        return [SlurmJob.from_job_info(r, version) for r in _records(reply)]
+    reply = yield Call("GET", versions.slurmdb_job_path(version, job_id))
+    reply.raise_for_errors(f"read job {job_id} from accounting (slurmdbd)")
+    return [SlurmJob.from_slurmdb(r, version) for r in _records(reply)]
+
+
+def list_jobs(version: str) -> Operation[list[SlurmJob]]:
+    reply = yield Call("GET", versions.jobs_path(version))
+    reply.raise_for_errors("list jobs")
+    return [SlurmJob.from_job_info(r, version) for r in _records(reply)]
+
+
+def list_accounted_jobs(version: str, **filters: str) -> Operation[list[SlurmJob]]:
+    reply = yield Call("GET", versions.slurmdb_jobs_path(version, **filters))
+    reply.raise_for_errors("list jobs from accounting (slurmdbd)")
+    return [SlurmJob.from_slurmdb(r, version) for r in _records(reply)]
+
+
+def job_states(version: str, job_ids: Iterable[object]) -> Operation[dict[str, JobState]]:
+    """States of many active jobs in one call; ids not in the active queue are absent."""
+    reply = yield Call("GET", versions.jobs_state_path(version, job_ids))
+    reply.raise_for_errors("read job states")
+    states: dict[str, JobState] = {}
+    for entry in _records(reply):
+        job_id = entry.get("job_id")
+        if isinstance(job_id, Mapping):
+            job_id = job_id.get("number")
+        if job_id is not None:
+            states[str(job_id)] = JobState.parse(entry.get("state", entry.get("job_state")))
+    return states
+
+
+def cancel_job(version: str, job_id: object) -> Operation[Cancelled]:
+    """Ask Slurm to cancel; a job that has already finished counts as success."""
+    reply = yield Call("DELETE", versions.job_path(version, job_id))
+    reply.raise_for_errors(f"cancel job {job_id}")
+    numeric = int(str(job_id).split("_")[0])
+    problems = _status_errors(reply)
+    codes = {code for code, _ in problems}
+    if not problems:
+        return Cancelled(numeric, warnings=reply.warnings)
+    if codes <= {ERR_ALREADY_DONE}:
+        return Cancelled(numeric, already_finished=True, warnings=reply.warnings)
+    if ERR_INVALID_JOB_ID in codes:
+        # The active queue has forgotten it: if accounting knows it, it has finished.
+        job = yield from get_accounted_job(version, job_id)
+        if job is not None:
+            return Cancelled(numeric, already_finished=True, warnings=reply.warnings)
+        raise SlurmJobNotFoundError(
+            f"Slurm could not cancel job {job_id}: {format_messages(m for _, m in problems)}. The job is "
+            "unknown to the cluster; check the job id and the connection's cluster.",
+            http_status=reply.status,
+            errors=[m for _, m in problems],
+        )
+    raise slurm_error(
+        SlurmReply(reply.status, reply.body, [m for _, m in problems], reply.warnings), f"cancel job {job_id}"
+    )
+
+
+def ping(version: str) -> Operation[Ping]:
+    reply = yield Call("GET", versions.ping_path(version))
+    reply.raise_for_errors("ping the Slurm controller")
+    meta = obj(reply.body.get("meta"))
+    slurm = obj(meta.get("slurm"))
+    plugin = obj(meta.get("plugin"))
+    pings = seq(reply.body.get("pings"))
+    responding = bool(pings) and all(isinstance(p, Mapping) and p.get("responding", True) for p in pings)
+    return Ping(
+        release=str(slurm.get("release") or "unknown"),
+        cluster=str(slurm.get("cluster") or ""),
+        responding=responding,
+        data_parser=str(plugin.get("data_parser") or ""),
+    )
+
+
+def _records(reply: SlurmReply) -> list[Mapping[str, Any]]:
+    jobs = reply.body.get("jobs")
+    if not isinstance(jobs, list):
+        raise SlurmApiError(
+            f"Slurm's reply has no jobs list (HTTP {reply.status}, keys {sorted(reply.body)[:8]}); the "
+            "cluster may speak another API version: set api_version in the connection.",
+            http_status=reply.status,
+            warnings=reply.warnings,
+        )
+    return [j for j in jobs if isinstance(j, Mapping)]
+
+
+def _pick(records: list[Mapping[str, Any]], job_id: object, parse: Any, version: str) -> SlurmJob | None:
+    if not records:
+        return None
+    wanted = str(job_id)
+    for record in records:
+        job = parse(record, version)
+        if job.display_id == wanted or (str(job.job_id) == wanted and job.array_task_id is None):
+            return job  # type: ignore[no-any-return]
+    return parse(records[0], version)  # type: ignore[no-any-return]
+
+
+def _status_errors(reply: SlurmReply) -> list[tuple[int | None, SlurmMessage]]:
+    found = []
+    for entry in reply.body.get("status") or []:
+        error = entry.get("error") if isinstance(entry, Mapping) else None
+        if isinstance(error, Mapping) and error.get("code"):
+            code = error.get("code") if isinstance(error.get("code"), int) else None
+            text = str(error.get("message") or error.get("string") or "")
+            found.append((code, SlurmMessage(description=text, error=text, error_number=code)))
+    return found

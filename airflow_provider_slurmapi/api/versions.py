@@ -1,0 +1,94 @@
+"""What differs between Slurm REST API versions v0.0.40 .. v0.0.44, and the paths each serves.
+
+The job endpoints have the same paths and nearly the same shapes in all of them. The differences the
+provider cares about:
+
+* v0.0.40 names its number wrappers ``uint32_no_val`` instead of ``uint32_no_val_struct``; both are
+  ``{"set", "infinite", "number"}`` objects on the wire.
+* up to v0.0.42 a ``/slurm`` job_info's ``standard_output`` is the expanded path; from v0.0.43 it is the
+  raw pattern (``slurm-%j.out``) and ``stdout_expanded`` holds the path.
+* ``/slurmdb`` records carry ``stdout`` (pattern) and ``stdout_expanded`` (path) from v0.0.41 on.
+"""
+
+from __future__ import annotations
+
+import re
+import urllib.parse
+from collections.abc import Iterable
+
+from airflow_provider_slurmapi.api.errors import SlurmJobSpecError
+
+SUPPORTED_VERSIONS: tuple[str, ...] = ("v0.0.40", "v0.0.41", "v0.0.42", "v0.0.43", "v0.0.44")
+DEFAULT_VERSION = "v0.0.42"
+AUTO = "auto"
+
+_JOB_ID = re.compile(r"^[0-9]+(_[0-9]+)?$")
+
+
+def check_version(version: str, *, allow_auto: bool = True) -> str:
+    """Return ``version`` normalised (``0.0.42`` -> ``v0.0.42``), or raise naming the field."""
+    value = str(version).strip()
+    if allow_auto and value == AUTO:
+        return AUTO
+    if not value.startswith("v"):
+        value = "v" + value
+    if value not in SUPPORTED_VERSIONS:
+        choices = ", ".join(SUPPORTED_VERSIONS)
+        raise SlurmJobSpecError(
+            "api_version",
+            f"{version!r} is not a Slurm REST API version this provider speaks",
+            f"Use one of {choices}{' or auto' if allow_auto else ''} (the cluster's Slurm 24.11 serves "
+            "v0.0.40-v0.0.42).",
+        )
+    return value
+
+
+def check_job_id(job_id: object) -> str:
+    """A job id as it goes into a path: a positive integer, or ``"123_4"`` for an array task."""
+    if isinstance(job_id, bool) or not isinstance(job_id, (int, str)):
+        raise SlurmJobSpecError(
+            "job_id", f"{job_id!r} is not a Slurm job id", "Pass the integer id that submit returned."
+        )
+    text = str(job_id).strip()
+    if not _JOB_ID.match(text) or int(text.split("_")[0]) <= 0:
+        raise SlurmJobSpecError(
+            "job_id",
+            f"{job_id!r} is not a Slurm job id",
+            "Pass a positive integer such as 1234 (or '1234_5' for one task of an array).",
+        )
+    return text
+
+
+def submit_path(version: str) -> str:
+    return f"/slurm/{version}/job/submit"
+
+
+def job_path(version: str, job_id: object) -> str:
+    return f"/slurm/{version}/job/{check_job_id(job_id)}"
+
+
+def jobs_path(version: str) -> str:
+    return f"/slurm/{version}/jobs/"
+
+
+def jobs_state_path(version: str, job_ids: Iterable[object]) -> str:
+    ids = ",".join(check_job_id(j) for j in job_ids)
+    return f"/slurm/{version}/jobs/state/" + (f"?job_id={ids}" if ids else "")
+
+
+def ping_path(version: str) -> str:
+    return f"/slurm/{version}/ping/"
+
+
+def slurmdb_job_path(version: str, job_id: object) -> str:
+    return f"/slurmdb/{version}/job/{check_job_id(job_id)}"
+
+
+def slurmdb_jobs_path(version: str, **filters: str) -> str:
+    query = urllib.parse.urlencode({k: v for k, v in filters.items() if v})
+    return f"/slurmdb/{version}/jobs/" + (f"?{query}" if query else "")
+
+
+def output_is_pattern(version: str) -> bool:
+    """True where a /slurm job_info's ``standard_output`` is the unexpanded pattern (v0.0.43+)."""
+    return SUPPORTED_VERSIONS.index(version) >= SUPPORTED_VERSIONS.index("v0.0.43")

@@ -1,0 +1,107 @@
+"""Following one job to its end: what changed since the last look, and when to give up on errors.
+
+Shared by the hook's blocking wait and the trigger's async wait, so both tell the same story.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from airflow_provider_slurmapi.api.errors import SlurmJobApiError, SlurmJobFailedError
+from airflow_provider_slurmapi.api.jobs import SlurmJob
+
+DEFAULT_ERROR_BUDGET = 10
+
+
+def format_duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "?"
+    seconds = int(seconds)
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    return f"{hours}h{minutes:02d}m{secs:02d}s" if hours else f"{minutes}m{secs:02d}s"
+
+
+@dataclass
+class JobWatch:
+    """Remembers the last state seen of a job and counts consecutive transient errors."""
+
+    job_id: object
+    error_budget: int = DEFAULT_ERROR_BUDGET
+    last: str = ""
+    consecutive_errors: int = 0
+    warnings_seen: set[str] = field(default_factory=set)
+
+    def observe(self, job: SlurmJob) -> list[str]:
+        """Log lines for what is new in ``job``: a state change and any warning not yet shown."""
+        self.consecutive_errors = 0
+        lines = []
+        described = job.describe_state()
+        if described != self.last:
+            self.last = described
+            elapsed = job.elapsed.total_seconds() if job.elapsed is not None else None
+            suffix = f", elapsed {format_duration(elapsed)}" if job.start_time else ""
+            lines.append(f"Slurm job {job.display_id}: {described}{suffix}")
+        return lines
+
+    def failed_poll(self, error: SlurmJobApiError) -> str:
+        """Count a failed poll: a log line if it may be retried, else re-raise it."""
+        if not error.retryable:
+            raise error
+        self.consecutive_errors += 1
+        if self.consecutive_errors > self.error_budget:
+            raise SlurmJobApiError(
+                f"Gave up waiting for Slurm job {self.job_id} after {self.consecutive_errors} consecutive "
+                f"failed polls; the last one: {error}",
+                retryable=True,
+            ) from error
+        return (
+            f"Polling Slurm job {self.job_id} failed ({error}); still waiting "
+            f"({self.consecutive_errors}/{self.error_budget} consecutive failures allowed)"
+        )
+
+
+class Deadline:
+    """A wall-clock deadline (epoch seconds, so it survives a restart), or none."""
+
+    def __init__(self, at: float | None) -> None:
+        self.at = at
+
+    @classmethod
+    def after(cls, seconds: float | None) -> Deadline:
+        return cls(None if seconds is None else time.time() + seconds)
+
+    def remaining(self) -> float | None:
+        return None if self.at is None else self.at - time.time()
+
+    def passed(self) -> bool:
+        remaining = self.remaining()
+        return remaining is not None and remaining <= 0
+
+
+def outcome_text(job: SlurmJob) -> str:
+    """One line on how a finished job ended and where its output is."""
+    elapsed = job.elapsed.total_seconds() if job.elapsed is not None else None
+    parts = [f"Slurm job {job.display_id} ({job.name or 'unnamed'}) ended {job.describe_state()}"]
+    parts.append(f"exit code {job.exit_code}")
+    parts.append(f"elapsed {format_duration(elapsed)}")
+    if job.nodes:
+        parts.append(f"nodes {job.nodes}")
+    text = ", ".join(parts)
+    if job.standard_output:
+        text += f"; stdout: {job.standard_output}"
+    if job.standard_error and job.standard_error != job.standard_output:
+        text += f"; stderr: {job.standard_error}"
+    return text
+
+
+def failure_error(job: SlurmJob) -> SlurmJobFailedError:
+    """The error for a job that ended in a state other than COMPLETED."""
+    retryable = job.state.is_retryable_failure
+    advice = (
+        "This is a failure of the cluster rather than of the job, so a retry may succeed."
+        if retryable
+        else "Read the job's output for the cause."
+    )
+    return SlurmJobFailedError(f"{outcome_text(job)}. {advice}", job=job, retryable=retryable)

@@ -1,0 +1,135 @@
+"""The envelope: URL, request body, size limit and reply parsing, on real recorded replies."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from airflow_provider_slurmapi.api.envelope import Call, ClusterRef, build_envelope, encode_envelope, parse_reply
+from airflow_provider_slurmapi.api.errors import (
+    GoogleApiError,
+    SlurmAccountingUnavailableError,
+    SlurmJobSpecError,
+    SlurmRequestRejectedError,
+)
+from tests.fixtures import recorded, recorded_status
+
+
+def wrap(name: str) -> bytes:
+    return json.dumps({"status": recorded_status(name), "structuredBody": recorded(name)}).encode()
+
+
+def test_default_url_is_the_regional_endpoint():
+    ref = ClusterRef("my-project", "us-central1", "train-1")
+    assert ref.url == (
+        "https://us-central1-aiplatform.googleapis.com/v1beta1/projects/my-project/locations/us-central1/"
+        "modelDevelopmentClusters/train-1:callSlurmRestApi"
+    )
+
+
+def test_endpoint_override_and_universe_domain():
+    assert ClusterRef("p", "europe-west4", "c", universe_domain="example.com").base_url == (
+        "https://europe-west4-aiplatform.example.com"
+    )
+    assert ClusterRef("p", "r1", "c", endpoint="http://127.0.0.1:8080/").base_url == "http://127.0.0.1:8080"
+
+
+@pytest.mark.parametrize("endpoint", ["http://example.com", "ftp://x", "not a url", "https://h/?q=1"])
+def test_unsafe_endpoints_are_refused(endpoint):
+    with pytest.raises(SlurmJobSpecError, match="endpoint"):
+        ClusterRef("p", "r1", "c", endpoint=endpoint)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "field"),
+    [
+        ({"project_id": "", "region": "r1", "cluster_id": "c"}, "project_id"),
+        ({"project_id": "p", "region": "US Central", "cluster_id": "c"}, "region"),
+        ({"project_id": "p", "region": "r1", "cluster_id": "c/../x"}, "cluster_id"),
+    ],
+)
+def test_bad_cluster_ids_name_the_field(kwargs, field):
+    with pytest.raises(SlurmJobSpecError) as info:
+        ClusterRef(**kwargs)
+    assert info.value.field == field
+
+
+def test_body_only_for_post():
+    assert build_envelope(Call("GET", "/slurm/v0.0.42/job/1")) == {
+        "method": "HTTP_METHOD_GET",
+        "path": "/slurm/v0.0.42/job/1",
+    }
+    post = build_envelope(Call("POST", "/slurm/v0.0.42/job/submit", {"script": "x"}))
+    assert post["method"] == "HTTP_METHOD_POST" and post["body"] == {"script": "x"}
+    with pytest.raises(SlurmJobSpecError, match="body"):
+        build_envelope(Call("POST", "/slurm/v0.0.42/job/submit"))
+    with pytest.raises(SlurmJobSpecError, match="body"):
+        build_envelope(Call("DELETE", "/slurm/v0.0.42/job/1", {"x": 1}))
+
+
+@pytest.mark.parametrize("path", ["/etc/passwd", "slurm/v0.0.42/jobs", "/slurm/v0.0.42/job/1/../../x", "/slurm/v1/x"])
+def test_bad_paths_are_refused(path):
+    with pytest.raises(SlurmJobSpecError, match="path"):
+        build_envelope(Call("GET", path))
+
+
+def test_requests_of_a_megabyte_are_refused_before_sending():
+    big = "#!/bin/bash\n" + "x" * 1_000_000
+    with pytest.raises(SlurmJobSpecError, match="shared storage"):
+        encode_envelope(Call("POST", "/slurm/v0.0.42/job/submit", {"script": big}))
+
+
+def test_reply_with_job_id():
+    reply = parse_reply(200, wrap("submit"), what="submit")
+    assert reply.ok and reply.body["job_id"] == 1
+
+
+def test_unknown_field_warning_is_kept():
+    reply = parse_reply(200, wrap("submit_unknown_field"), what="submit")
+    assert reply.ok
+    assert "no_such_field" in reply.warnings[0].description
+
+
+@pytest.mark.parametrize(
+    ("name", "error_cls", "said"),
+    [
+        ("submit_bad_partition", SlurmRequestRejectedError, "Invalid partition name specified"),
+        ("submit_no_script", SlurmRequestRejectedError, '"script" field is required'),
+        ("submit_no_environment", SlurmRequestRejectedError, "I/O error writing script/environment"),
+        ("slurmdb_job_slurmdbd_down", SlurmAccountingUnavailableError, "Unable to connect to database"),
+    ],
+)
+def test_slurm_errors_are_read_whatever_the_status(name, error_cls, said):
+    reply = parse_reply(200, wrap(name), what="submit the job")
+    with pytest.raises(error_cls) as info:
+        reply.raise_for_errors("submit the job")
+    assert said in str(info.value)
+    assert info.value.http_status == recorded_status(name)
+    assert info.value.retryable is (error_cls is SlurmAccountingUnavailableError)
+
+
+@pytest.mark.parametrize(
+    ("code", "status", "retryable"),
+    [
+        (403, "PERMISSION_DENIED", False),
+        (404, "NOT_FOUND", False),
+        (400, "INVALID_ARGUMENT", False),
+        (401, "UNAUTHENTICATED", False),
+        (503, "UNAVAILABLE", True),
+        (429, "RESOURCE_EXHAUSTED", True),
+    ],
+)
+def test_google_errors(code, status, retryable):
+    content = json.dumps({"error": {"code": code, "message": "denied because reasons", "status": status}}).encode()
+    with pytest.raises(GoogleApiError) as info:
+        parse_reply(code, content, what="GET /slurm/v0.0.42/jobs/")
+    assert info.value.status == status
+    assert info.value.retryable is retryable
+    assert "denied because reasons" in str(info.value)
+
+
+@pytest.mark.parametrize("content", [b"<html>bad gateway</html>", b'{"status": 200, "structuredBo', b"[]"])
+def test_malformed_replies_raise_clearly(content):
+    with pytest.raises(GoogleApiError):
+        parse_reply(200, content, what="GET x")

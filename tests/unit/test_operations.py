@@ -1,0 +1,105 @@
+"""The sans-IO operations, driven with replies recorded from real Slurm (no network)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import pytest
+
+from airflow_provider_slurmapi.api import operations as ops
+from airflow_provider_slurmapi.api.envelope import Call, SlurmReply
+from airflow_provider_slurmapi.api.errors import SlurmJobNotFoundError, SlurmRequestRejectedError
+from airflow_provider_slurmapi.api.jobs import JobSpec
+from tests.fixtures import recorded, recorded_status
+
+V = "v0.0.42"
+
+
+def drive(op, replies: Iterable[str]) -> tuple[object, list[Call]]:
+    """Run ``op`` answering each call with the next recorded reply; return its result and the calls."""
+    calls: list[Call] = []
+    answers = iter(replies)
+    try:
+        call = next(op)
+        while True:
+            calls.append(call)
+            name = next(answers)
+            call = op.send(SlurmReply.from_structured(recorded_status(name), recorded(name)))
+    except StopIteration as done:
+        return done.value, calls
+
+
+def test_submit_returns_id_and_warnings():
+    spec = JobSpec.build("#!/bin/bash\ntrue", {"current_working_directory": "/tmp"})
+    result, calls = drive(ops.submit_job(V, spec), ["submit_unknown_field"])
+    assert result.job_id == 5
+    assert "no_such_field" in result.warnings[0].description
+    assert calls[0].method == "POST" and calls[0].path == "/slurm/v0.0.42/job/submit"
+
+
+def test_submit_bad_partition_is_rejected():
+    spec = JobSpec.build("#!/bin/bash\ntrue", {"current_working_directory": "/tmp", "partition": "nope"})
+    with pytest.raises(SlurmRequestRejectedError, match="Invalid partition name"):
+        drive(ops.submit_job(V, spec), ["submit_bad_partition"])
+
+
+def test_get_job_active_queue():
+    job, calls = drive(ops.get_job(V, 1), ["job_running"])
+    assert job.state.base == "RUNNING" and len(calls) == 1
+
+
+def test_get_job_falls_back_to_slurmdb_on_404():
+    job, calls = drive(ops.get_job(V, 1), ["job_not_found", "slurmdb_job"])
+    assert [c.path for c in calls] == ["/slurm/v0.0.42/job/1", "/slurmdb/v0.0.42/job/1"]
+    assert job.source == "slurmdb" and job.state.is_success
+
+
+def test_get_job_not_anywhere_is_its_own_error():
+    with pytest.raises(SlurmJobNotFoundError, match="neither in the active queue nor in accounting"):
+        drive(ops.get_job(V, 999999), ["job_not_found", "slurmdb_job_not_found"])
+
+
+def test_get_job_right_after_submit_is_not_yet_recorded():
+    job, _ = drive(ops.get_job(V, 7, recently_submitted=True), ["job_not_found", "slurmdb_job_not_found"])
+    assert job.state.base == "PENDING" and job.state_reason == "NotYetRecorded"
+
+
+def test_cancel_running_job():
+    result, calls = drive(ops.cancel_job(V, 2), ["cancel"])
+    assert calls[0].method == "DELETE" and not result.already_finished
+
+
+def test_cancel_finished_job_is_success():
+    result, _ = drive(ops.cancel_job(V, 2), ["cancel_again"])
+    assert result.already_finished
+
+
+def test_cancel_purged_job_checks_accounting():
+    result, calls = drive(ops.cancel_job(V, 1), ["cancel_not_found", "slurmdb_job"])
+    assert result.already_finished and calls[1].path == "/slurmdb/v0.0.42/job/1"
+
+
+def test_cancel_unknown_job_raises():
+    with pytest.raises(SlurmJobNotFoundError, match="Invalid job id specified"):
+        drive(ops.cancel_job(V, 999999), ["cancel_not_found", "slurmdb_job_not_found"])
+
+
+def test_job_states_batch():
+    states, calls = drive(ops.job_states(V, [1, 2, 3]), ["jobs_state"])
+    assert calls[0].path == "/slurm/v0.0.42/jobs/state/?job_id=1,2,3"
+    assert {k: str(v) for k, v in states.items()} == {"1": "COMPLETED", "2": "CANCELLED", "3": "FAILED"}
+
+
+def test_list_jobs_and_ping():
+    jobs, _ = drive(ops.list_jobs(V), ["jobs_list"])
+    assert len(jobs) == 2
+    pong, _ = drive(ops.ping(V), ["ping"])
+    assert pong.release == "24.11.5" and pong.responding and pong.cluster == "ci"
+
+
+@pytest.mark.parametrize("job_id", ["1/../../x", -1, "abc", 0, True, None, 1.5, "12_x"])
+def test_bad_job_ids_are_refused_before_sending(job_id):
+    from airflow_provider_slurmapi.api.errors import SlurmJobSpecError
+
+    with pytest.raises(SlurmJobSpecError, match="job_id"):
+        next(ops.get_job(V, job_id))
