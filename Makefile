@@ -17,7 +17,7 @@ $(STAMP): pyproject.toml Makefile
 install: $(STAMP)
 
 demo: install
-	$(BIN)/python -m airflow_provider_slurmapi.demo
+	$(BIN)/python example_dags/demo.py
 
 lint: install
 	$(BIN)/ruff check .

@@ -1,0 +1,314 @@
+"""SlurmJobApiHook: an Airflow connection of type ``slurmapi`` turned into a Slurm Job API client."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from airflow.providers.common.compat.sdk import BaseHook
+
+from airflow_provider_slurmapi.api import operations as ops
+from airflow_provider_slurmapi.api import versions
+from airflow_provider_slurmapi.api.auth import CLOUD_PLATFORM_SCOPE, AuthConfig, parse_chain
+from airflow_provider_slurmapi.api.client import DEFAULT_TIMEOUT, AsyncSlurmJobApiClient, SlurmJobApiClient
+from airflow_provider_slurmapi.api.envelope import ClusterRef, _is_loopback
+from airflow_provider_slurmapi.api.errors import (
+    SlurmJobApiError,
+    SlurmJobSpecError,
+    SlurmJobWaitTimeoutError,
+)
+from airflow_provider_slurmapi.api.jobs import JobSpec, SlurmJob
+from airflow_provider_slurmapi.api.watch import Deadline, JobWatch, outcome_text
+
+# The connection's extra fields: name -> (label, description). One list for every UI generation.
+CONNECTION_FIELDS: dict[str, tuple[str, str]] = {
+    "project_id": ("Project ID", "Google Cloud project that owns the cluster"),
+    "region": ("Region", "Region of the cluster, e.g. us-central1"),
+    "cluster_id": ("Cluster ID", "ID of the model development cluster"),
+    "api_version": ("Slurm REST API version", "v0.0.40 .. v0.0.44, or auto (default v0.0.42)"),
+    "endpoint": ("Endpoint override", "Default https://REGION-aiplatform.googleapis.com"),
+    "key_path": ("Key file path", "Service-account key file; empty = Application Default Credentials"),
+    "keyfile_dict": ("Key file JSON", "Service-account key JSON (kept secret)"),
+    "impersonation_chain": ("Impersonation chain", "Service accounts to impersonate, comma separated"),
+    "scopes": ("Scopes", "Comma-separated OAuth scopes (default cloud-platform)"),
+    "quota_project_id": ("Quota project", "Project billed for API quota"),
+    "universe_domain": ("Universe domain", "Default googleapis.com"),
+    "timeout": ("Timeout (seconds)", "Per-call HTTP timeout (default 60)"),
+    "job_link_template": ("Job link template", "URL for the job link, with {job_id}, {cluster_id}, ..."),
+}
+SECRET_FIELDS = frozenset({"keyfile_dict"})
+_PREFIX = "extra__slurmapi__"
+
+
+@dataclass(frozen=True)
+class ConnectionSettings:
+    """Everything the clients need from a connection, checked."""
+
+    cluster: ClusterRef
+    auth: AuthConfig
+    api_version: str
+    timeout: float
+    job_link_template: str = ""
+
+    def client_kwargs(self) -> dict[str, Any]:
+        return {"auth": self.auth, "api_version": self.api_version, "timeout": self.timeout}
+
+
+def settings_from_extra(extra: Mapping[str, Any], conn_id: str = "slurmapi_default") -> ConnectionSettings:
+    """Read and check a connection's extra; every error names the field and the connection."""
+    values = {k.removeprefix(_PREFIX): v for k, v in extra.items() if v not in (None, "")}
+    unknown = sorted(set(values) - set(CONNECTION_FIELDS))
+    if unknown:
+        raise SlurmJobSpecError(
+            f"connection {conn_id!r} extra {unknown[0]!r}",
+            "is not a slurmapi connection field",
+            f"Use only: {', '.join(CONNECTION_FIELDS)}.",
+        )
+    try:
+        keyfile = values.get("keyfile_dict")
+        if isinstance(keyfile, str):
+            try:
+                keyfile = json.loads(keyfile)
+            except ValueError:
+                raise SlurmJobSpecError(
+                    "keyfile_dict", "is not valid JSON", "Paste the service-account key file's content."
+                ) from None
+        endpoint = values.get("endpoint")
+        cluster = ClusterRef(
+            project_id=values.get("project_id"),  # type: ignore[arg-type]
+            region=values.get("region"),  # type: ignore[arg-type]
+            cluster_id=values.get("cluster_id"),  # type: ignore[arg-type]
+            endpoint=endpoint,
+            universe_domain=str(values.get("universe_domain") or "googleapis.com"),
+        )
+        scopes = values.get("scopes") or [CLOUD_PLATFORM_SCOPE]
+        if isinstance(scopes, str):
+            scopes = [s.strip() for s in scopes.split(",") if s.strip()]
+        loopback = bool(cluster.endpoint) and _is_loopback(_host(cluster.endpoint or ""))
+        auth = AuthConfig(
+            key_path=values.get("key_path"),
+            keyfile_dict=keyfile,
+            impersonation_chain=parse_chain(values.get("impersonation_chain")),
+            scopes=tuple(scopes),
+            quota_project_id=values.get("quota_project_id"),
+            # A loopback endpoint is the emulator, which also plays Google's IAM credentials API.
+            iam_endpoint=cluster.endpoint if loopback else None,
+        )
+        timeout = _timeout(values.get("timeout", DEFAULT_TIMEOUT))
+        return ConnectionSettings(
+            cluster=cluster,
+            auth=auth,
+            api_version=versions.check_version(values.get("api_version", versions.DEFAULT_VERSION)),
+            timeout=timeout,
+            job_link_template=str(values.get("job_link_template") or ""),
+        )
+    except SlurmJobSpecError as err:
+        raise SlurmJobSpecError(f"connection {conn_id!r} field {err.field}", err.problem, err.fix) from None
+
+
+def _host(url: str) -> str:
+    from urllib.parse import urlsplit
+
+    return urlsplit(url).hostname or ""
+
+
+def _timeout(value: Any) -> float:
+    try:
+        timeout = float(value)
+    except (TypeError, ValueError):
+        timeout = -1.0
+    if isinstance(value, bool) or timeout <= 0:
+        raise SlurmJobSpecError("timeout", f"{value!r} is not a positive number", "Give seconds, e.g. 60.")
+    return timeout
+
+
+class SlurmJobApiHook(BaseHook):
+    """Talks to a cluster's Slurm Job API (``callSlurmRestApi``) through an Airflow connection.
+
+    :param slurmapi_conn_id: connection of type ``slurmapi`` (default ``slurmapi_default``) whose extra
+        holds ``project_id``, ``region``, ``cluster_id`` and optionally credentials and overrides.
+    """
+
+    conn_name_attr = "slurmapi_conn_id"
+    default_conn_name = "slurmapi_default"
+    conn_type = "slurmapi"
+    hook_name = "Slurm Job API (Google Cloud training cluster)"
+
+    def __init__(self, slurmapi_conn_id: str = default_conn_name, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.slurmapi_conn_id = slurmapi_conn_id
+        self._settings: ConnectionSettings | None = None
+        self._client: SlurmJobApiClient | None = None
+
+    # -- connection -------------------------------------------------------------------------------
+
+    @property
+    def settings(self) -> ConnectionSettings:
+        """The connection's checked settings (read once)."""
+        if self._settings is None:
+            conn = self.get_connection(self.slurmapi_conn_id)
+            self._settings = settings_from_extra(conn.extra_dejson, self.slurmapi_conn_id)
+        return self._settings
+
+    def get_conn(self) -> SlurmJobApiClient:
+        """The blocking client, created once per hook."""
+        if self._client is None:
+            settings = self.settings
+            self._client = SlurmJobApiClient(settings.cluster, **settings.client_kwargs())
+        return self._client
+
+    async def aget_settings(self) -> ConnectionSettings:
+        """The connection's settings, read without blocking the event loop."""
+        if self._settings is None:
+            from airflow.providers.common.compat.connection import (
+                get_async_connection,
+                get_async_extra_dejson,
+            )
+
+            conn = await get_async_connection(self.slurmapi_conn_id, self)
+            extra = await get_async_extra_dejson(conn)
+            self._settings = settings_from_extra(extra, self.slurmapi_conn_id)
+        return self._settings
+
+    async def get_async_conn(self) -> AsyncSlurmJobApiClient:
+        """A non-blocking client (the caller closes it with ``aclose``)."""
+        settings = await self.aget_settings()
+        return AsyncSlurmJobApiClient(settings.cluster, **settings.client_kwargs())
+
+    # -- API --------------------------------------------------------------------------------------
+
+    def call_slurm(self, method: str, path: str, body: Mapping[str, Any] | None = None) -> tuple[int, dict]:
+        """The raw call: ``(status, structuredBody)`` for any Slurm REST method and path."""
+        return self.get_conn().call_slurm(method, path, body)
+
+    def submit_job(self, script: str, job: Mapping[str, Any] | None = None) -> int:
+        """Validate and submit a batch job; returns its Slurm job id. Slurm's warnings are logged."""
+        return self.submit(JobSpec.build(script, job)).job_id
+
+    def submit(self, spec: JobSpec) -> ops.Submitted:
+        """Submit an already built :class:`JobSpec`, returning the id and Slurm's warnings."""
+        submitted = self.get_conn().submit_job(spec)
+        for warning in submitted.warnings:
+            self.log.warning("Slurm warning on submit of job %s: %s", submitted.job_id, warning)
+        return submitted
+
+    def get_job(self, job_id: int | str, *, recently_submitted: bool = False) -> SlurmJob:
+        """The job from the active queue, or from accounting once it has left it."""
+        return self.get_conn().get_job(job_id, recently_submitted=recently_submitted)
+
+    def get_jobs(self, job_id: int | str) -> list[SlurmJob]:
+        """Every record of a job id (all tasks of an array job)."""
+        return self.get_conn().get_jobs(job_id)
+
+    def list_jobs(self) -> list[SlurmJob]:
+        """Jobs in the active queue."""
+        return self.get_conn().list_jobs()
+
+    def list_accounted_jobs(self, **filters: str) -> list[SlurmJob]:
+        """Jobs from accounting; filters as slurmrestd takes them (``users``, ``state``, ...)."""
+        return self.get_conn().list_accounted_jobs(**filters)
+
+    def cancel_job(self, job_id: int | str) -> ops.Cancelled:
+        """Cancel a job; success also when it had already finished."""
+        result = self.get_conn().cancel_job(job_id)
+        if result.already_finished:
+            self.log.info("Slurm job %s had already finished; nothing to cancel", job_id)
+        else:
+            self.log.info("Asked Slurm to cancel job %s", job_id)
+        return result
+
+    def wait_for_job(
+        self,
+        job_id: int | str,
+        poll_interval: float = 30.0,
+        timeout: float | None = None,
+        *,
+        on_poll: Callable[[SlurmJob], None] | None = None,
+    ) -> SlurmJob:
+        """Poll until the job is terminal and return it (whatever its final state).
+
+        Transient errors are logged and tolerated up to a budget of consecutive failures.
+
+        :param poll_interval: seconds between polls.
+        :param timeout: give up after this many seconds (``SlurmJobWaitTimeoutError``); None waits forever.
+        :param on_poll: called with each job record seen.
+        """
+        if poll_interval <= 0:
+            raise SlurmJobSpecError("poll_interval", f"{poll_interval!r} is not positive", "Give seconds > 0.")
+        deadline = Deadline.after(timeout)
+        watch = JobWatch(job_id)
+        last: SlurmJob | None = None
+        while True:
+            try:
+                last = self.get_job(job_id, recently_submitted=True)
+            except SlurmJobApiError as err:
+                self.log.warning(watch.failed_poll(err))
+            else:
+                for line in watch.observe(last):
+                    self.log.info(line)
+                if on_poll is not None:
+                    on_poll(last)
+                if last.state.is_terminal:
+                    self.log.info(outcome_text(last))
+                    return last
+            if deadline.passed():
+                raise SlurmJobWaitTimeoutError(
+                    f"Slurm job {job_id} was still {last.describe_state() if last else 'unknown'} after "
+                    f"{timeout}s; it was left running.",
+                    job=last,
+                )
+            remaining = deadline.remaining()
+            time.sleep(poll_interval if remaining is None else max(0.0, min(poll_interval, remaining)))
+
+    def test_connection(self) -> tuple[bool, str]:
+        """For the UI's Test button: ping Slurm through the API and report its version."""
+        try:
+            result = self.get_conn().ping()
+        except Exception as err:
+            return False, str(err)
+        if not result.responding:
+            return (
+                False,
+                f"Slurm {result.release} on cluster {result.cluster!r} answered, but not every controller responds",
+            )
+        return True, f"Connected: Slurm {result.release} on cluster {result.cluster!r} ({result.data_parser})"
+
+    # -- UI ---------------------------------------------------------------------------------------
+
+    @classmethod
+    def get_connection_form_widgets(cls) -> dict[str, Any]:
+        """Extra fields of the connection form (Airflow 2.x / pre-3.2 UIs)."""
+        from flask_appbuilder.fieldwidgets import BS3PasswordFieldWidget, BS3TextFieldWidget
+        from flask_babel import lazy_gettext
+        from wtforms import PasswordField, StringField
+
+        widgets: dict[str, Any] = {}
+        for name, (label, description) in CONNECTION_FIELDS.items():
+            field_cls, widget = (
+                (PasswordField, BS3PasswordFieldWidget) if name in SECRET_FIELDS else (StringField, BS3TextFieldWidget)
+            )
+            widgets[name] = field_cls(lazy_gettext(label), widget=widget(), description=description)
+        return widgets
+
+    @classmethod
+    def get_ui_field_behaviour(cls) -> dict[str, Any]:
+        """Hide the standard fields the connection does not use."""
+        return ui_field_behaviour()
+
+
+def ui_field_behaviour() -> dict[str, Any]:
+    return {
+        "hidden_fields": ["host", "schema", "login", "password", "port", "extra"],
+        "relabeling": {},
+        "placeholders": {
+            "project_id": "my-project",
+            "region": "us-central1",
+            "cluster_id": "my-cluster",
+            "api_version": versions.DEFAULT_VERSION,
+            "key_path": "/path/to/key.json",
+            "timeout": str(int(DEFAULT_TIMEOUT)),
+        },
+    }

@@ -1,0 +1,1 @@
+"""Airflow links of the Slurm Job API provider."""

@@ -1,0 +1,322 @@
+"""SlurmSubmitJobOperator and SlurmCancelJobOperator: run a Slurm batch job as an Airflow task.
+
+How a job's end maps to the task's end:
+
+=====================================================  ==========================================
+Slurm outcome                                          Task
+=====================================================  ==========================================
+COMPLETED                                              success; XCom ``slurm_job`` = job summary
+NODE_FAIL, BOOT_FAIL, PREEMPTED (the cluster's fault)  fails, retried per the task's ``retries``
+FAILED, TIMEOUT, OUT_OF_MEMORY, DEADLINE, CANCELLED    fails without retry (``AirflowFailException``)
+                                                       unless ``retry_on_job_failure=True``
+job spec rejected (by this provider or by Slurm)       fails without retry
+API unreachable past the retry and error budgets       fails, retried per ``retries``
+=====================================================  ==========================================
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Mapping, Sequence
+from datetime import timedelta
+from typing import Any
+
+from airflow.providers.common.compat.sdk import AirflowException, AirflowFailException, BaseOperator, conf
+
+from airflow_provider_slurmapi.api.errors import (
+    SlurmJobApiError,
+    SlurmJobFailedError,
+    SlurmJobSpecError,
+    SlurmRequestRejectedError,
+)
+from airflow_provider_slurmapi.api.jobs import JobSpec, JobState, SlurmJob
+from airflow_provider_slurmapi.api.watch import failure_error, outcome_text
+from airflow_provider_slurmapi.hooks.slurmapi import SlurmJobApiHook
+from airflow_provider_slurmapi.links.slurmapi import SlurmJobLink, render_link
+
+XCOM_JOB_ID = "slurm_job_id"
+XCOM_JOB = "slurm_job"
+
+
+class SlurmJobError(AirflowException):
+    """A Slurm job ended badly in a way a retry may cure (the task's ``retries`` apply)."""
+
+
+class SlurmJobFailedNoRetry(AirflowFailException):
+    """A Slurm job failed, or its spec was rejected: retrying the same job would not help."""
+
+
+def _fail(error: SlurmJobApiError, *, retry_on_job_failure: bool) -> AirflowException:
+    if isinstance(error, (SlurmJobSpecError, SlurmRequestRejectedError)):
+        return SlurmJobFailedNoRetry(str(error))
+    if isinstance(error, SlurmJobFailedError) and not (error.retryable or retry_on_job_failure):
+        return SlurmJobFailedNoRetry(str(error))
+    return SlurmJobError(str(error))
+
+
+def default_job_name(dag_id: str, task_id: str) -> str:
+    """A Slurm-friendly job name from the dag and task ids."""
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", f"{dag_id}.{task_id}")[:200]
+
+
+class SlurmSubmitJobOperator(BaseOperator):
+    """Submit a Slurm batch job and (by default) wait for it to finish.
+
+    :param script: the batch script's content, templated. A value ending in ``.sh`` or ``.bash`` is a
+        template file found on the DAG's template search path, rendered like BashOperator's.
+    :param job: Slurm job fields (templated dict, v0.0.42 ``job_desc_msg`` names); its keys win over the
+        convenience arguments below.
+    :param name: job name; default ``<dag_id>.<task_id>``.
+    :param partition: Slurm partition; default the cluster's default partition.
+    :param time_limit: minutes (int) or a ``timedelta``.
+    :param nodes: number of nodes (``minimum_nodes``).
+    :param tasks_per_node: tasks on each node.
+    :param cpus_per_task: CPUs per task.
+    :param gpus_per_node: GPUs on each node (``tres_per_node: gres/gpu:N``).
+    :param memory_per_node: megabytes (int) or a string such as ``"64G"``.
+    :param environment: dict or ``KEY=VALUE`` list, merged over ``PATH=/bin:/usr/bin``.
+    :param current_working_directory: the job's directory on the cluster (required here or in ``job``).
+    :param standard_output: stdout path pattern (Slurm default ``slurm-%j.out`` in the working directory).
+    :param standard_error: stderr path pattern (default: with stdout).
+    :param wait_for_completion: wait for the job to end (default True); False returns right after submit.
+    :param deferrable: wait in the triggerer, freeing the worker (default ``[operators] default_deferrable``).
+    :param poll_interval: seconds between state checks (default 30).
+    :param cancel_on_kill: cancel the Slurm job when the task is killed (default True).
+    :param retry_on_job_failure: let the task's retries re-run jobs that FAILED/TIMEOUT/OOM (default False;
+        cluster failures such as NODE_FAIL are always retryable).
+    :param slurmapi_conn_id: the ``slurmapi`` connection (default ``slurmapi_default``).
+
+    Returns (XCom ``return_value``) the Slurm job id; also pushes ``slurm_job_id`` at submit time and
+    ``slurm_job`` (state, exit code, elapsed, nodes, output paths) when the job ends.
+    """
+
+    template_fields: Sequence[str] = (
+        "script",
+        "job",
+        "name",
+        "partition",
+        "environment",
+        "current_working_directory",
+        "standard_output",
+        "standard_error",
+    )
+    template_ext: Sequence[str] = (".sh", ".bash")
+    template_fields_renderers = {"script": "bash", "job": "json", "environment": "json"}
+    ui_color = "#c6e2ff"
+    operator_extra_links = (SlurmJobLink(),)
+
+    def __init__(
+        self,
+        *,
+        script: str,
+        job: Mapping[str, Any] | None = None,
+        name: str | None = None,
+        partition: str | None = None,
+        time_limit: int | timedelta | None = None,
+        nodes: int | None = None,
+        tasks_per_node: int | None = None,
+        cpus_per_task: int | None = None,
+        gpus_per_node: int | None = None,
+        memory_per_node: int | str | None = None,
+        environment: Mapping[str, str] | Sequence[str] | None = None,
+        current_working_directory: str | None = None,
+        standard_output: str | None = None,
+        standard_error: str | None = None,
+        wait_for_completion: bool = True,
+        deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
+        poll_interval: float = 30.0,
+        cancel_on_kill: bool = True,
+        retry_on_job_failure: bool = False,
+        slurmapi_conn_id: str = SlurmJobApiHook.default_conn_name,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.script = script
+        self.job = dict(job) if job else {}
+        self.name = name
+        self.partition = partition
+        self.time_limit = time_limit
+        self.nodes = nodes
+        self.tasks_per_node = tasks_per_node
+        self.cpus_per_task = cpus_per_task
+        self.gpus_per_node = gpus_per_node
+        self.memory_per_node = memory_per_node
+        self.environment = environment
+        self.current_working_directory = current_working_directory
+        self.standard_output = standard_output
+        self.standard_error = standard_error
+        self.wait_for_completion = wait_for_completion
+        self.deferrable = deferrable
+        if not isinstance(poll_interval, (int, float)) or poll_interval <= 0:
+            raise SlurmJobSpecError("poll_interval", f"{poll_interval!r} is not positive", "Give seconds > 0.")
+        self.poll_interval = float(poll_interval)
+        self.cancel_on_kill = cancel_on_kill
+        self.retry_on_job_failure = retry_on_job_failure
+        self.slurmapi_conn_id = slurmapi_conn_id
+        self.job_id: int | None = None
+        if gpus_per_node is not None and (isinstance(gpus_per_node, bool) or not isinstance(gpus_per_node, int)):
+            raise SlurmJobSpecError("gpus_per_node", f"{gpus_per_node!r} is not an int", "Give a GPU count.")
+
+    @property
+    def hook(self) -> SlurmJobApiHook:
+        return SlurmJobApiHook(slurmapi_conn_id=self.slurmapi_conn_id)
+
+    def job_fields(self, dag_id: str, task_id: str) -> dict[str, Any]:
+        """The Slurm job fields: convenience arguments first, then ``job`` on top."""
+        fields: dict[str, Any] = {"name": self.name or default_job_name(dag_id, task_id)}
+        simple = {
+            "partition": self.partition,
+            "time_limit": self.time_limit,
+            "minimum_nodes": self.nodes,
+            "tasks_per_node": self.tasks_per_node,
+            "cpus_per_task": self.cpus_per_task,
+            "memory_per_node": self.memory_per_node,
+            "environment": self.environment,
+            "current_working_directory": self.current_working_directory,
+            "standard_output": self.standard_output,
+            "standard_error": self.standard_error,
+        }
+        fields.update({k: v for k, v in simple.items() if v is not None})
+        if self.gpus_per_node:
+            fields["tres_per_node"] = f"gres/gpu:{self.gpus_per_node}"
+        if not isinstance(self.job, Mapping):
+            raise SlurmJobSpecError("job", f"is a {type(self.job).__name__}", "Pass the Slurm job fields as a dict.")
+        fields.update(self.job)
+        return fields
+
+    def build_spec(self, context: Any) -> JobSpec:
+        ti = context["ti"]
+        return JobSpec.build(self.script, self.job_fields(ti.dag_id, ti.task_id))
+
+    def execute(self, context: Any) -> int:
+        hook = self.hook
+        try:
+            spec = self.build_spec(context)
+            submitted = hook.submit(spec)
+        except SlurmJobApiError as err:
+            raise _fail(err, retry_on_job_failure=self.retry_on_job_failure) from None
+        self.job_id = submitted.job_id
+        partition = spec.job.get("partition") or "the default partition"
+        self.log.info("Submitted Slurm job %s (%s) to %s", self.job_id, spec.job.get("name"), partition)
+        context["ti"].xcom_push(key=XCOM_JOB_ID, value=self.job_id)
+        self._persist_link(context, hook, self.job_id)
+        if not self.wait_for_completion:
+            return self.job_id
+        if self.deferrable:
+            self._defer(self.job_id)
+        return self._wait(context, hook, self.job_id)
+
+    def _persist_link(self, context: Any, hook: SlurmJobApiHook, job_id: int) -> None:
+        settings = hook.settings
+        url = render_link(
+            settings.job_link_template,
+            job_id=job_id,
+            project_id=settings.cluster.project_id,
+            region=settings.cluster.region,
+            cluster_id=settings.cluster.cluster_id,
+        )
+        SlurmJobLink.persist(context, url=url, job_id=job_id)
+
+    def _defer(self, job_id: int) -> None:
+        from airflow_provider_slurmapi.triggers.slurmapi import SlurmJobTrigger
+
+        deadline = None
+        if self.execution_timeout is not None:
+            deadline = time.time() + self.execution_timeout.total_seconds()
+        self.defer(
+            trigger=SlurmJobTrigger(
+                job_id=job_id,
+                slurmapi_conn_id=self.slurmapi_conn_id,
+                poll_interval=self.poll_interval,
+                deadline=deadline,
+            ),
+            method_name="execute_complete",
+        )
+
+    def _wait(self, context: Any, hook: SlurmJobApiHook, job_id: int) -> int:
+        try:
+            job = hook.wait_for_job(job_id, poll_interval=self.poll_interval)
+        except SlurmJobApiError as err:
+            raise _fail(err, retry_on_job_failure=self.retry_on_job_failure) from None
+        return self._finish(context, job)
+
+    def _finish(self, context: Any, job: SlurmJob) -> int:
+        context["ti"].xcom_push(key=XCOM_JOB, value=job.summary())
+        if not job.state.is_success:
+            raise _fail(failure_error(job), retry_on_job_failure=self.retry_on_job_failure)
+        return job.job_id
+
+    def execute_complete(self, context: Any, event: dict[str, Any]) -> int:
+        """Resume after the trigger's event."""
+        from airflow_provider_slurmapi.triggers.slurmapi import FAILED, SUCCESS, TIMEOUT
+
+        job_id = int(event["job_id"])
+        self.job_id = job_id
+        summary = event.get("job")
+        if summary is not None:
+            context["ti"].xcom_push(key=XCOM_JOB, value=summary)
+        status = event.get("status")
+        if status == SUCCESS:
+            self.log.info(event.get("message"))
+            return job_id
+        if status == TIMEOUT:
+            self._cancel(job_id, "its execution_timeout passed")
+            raise SlurmJobFailedNoRetry(
+                f"{event.get('message')}: execution_timeout reached, so Slurm job {job_id} was cancelled."
+            )
+        if status == FAILED and summary is not None:
+            state = JobState.parse(str(summary.get("state", "")).split("+"))
+            error = SlurmJobFailedError(str(event.get("message")), job=summary, retryable=state.is_retryable_failure)
+            raise _fail(error, retry_on_job_failure=self.retry_on_job_failure)
+        raise SlurmJobError(f"Waiting for Slurm job {job_id} failed: {event.get('message')}")
+
+    def _cancel(self, job_id: int, why: str) -> None:
+        self.log.info("Cancelling Slurm job %s because %s", job_id, why)
+        try:
+            self.hook.cancel_job(job_id)
+        except SlurmJobApiError as err:
+            self.log.error("Could not cancel Slurm job %s: %s", job_id, err)
+
+    def on_kill(self) -> None:
+        if self.cancel_on_kill and self.job_id is not None:
+            self._cancel(self.job_id, "the task was killed")
+
+
+class SlurmCancelJobOperator(BaseOperator):
+    """Cancel a Slurm job; succeeds also when the job had already finished.
+
+    :param job_id: the Slurm job id (templated, e.g. ``{{ ti.xcom_pull('train') }}``).
+    :param wait_for_termination: wait until the job has really stopped (default True).
+    :param poll_interval: seconds between checks while waiting (default 5).
+    :param slurmapi_conn_id: the ``slurmapi`` connection (default ``slurmapi_default``).
+    """
+
+    template_fields: Sequence[str] = ("job_id",)
+
+    def __init__(
+        self,
+        *,
+        job_id: int | str,
+        wait_for_termination: bool = True,
+        poll_interval: float = 5.0,
+        slurmapi_conn_id: str = SlurmJobApiHook.default_conn_name,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.job_id = job_id
+        self.wait_for_termination = wait_for_termination
+        self.poll_interval = poll_interval
+        self.slurmapi_conn_id = slurmapi_conn_id
+
+    def execute(self, context: Any) -> dict[str, Any] | None:
+        hook = SlurmJobApiHook(slurmapi_conn_id=self.slurmapi_conn_id)
+        try:
+            hook.cancel_job(self.job_id)
+            if not self.wait_for_termination:
+                return None
+            job = hook.wait_for_job(self.job_id, poll_interval=self.poll_interval)
+        except SlurmJobApiError as err:
+            raise _fail(err, retry_on_job_failure=False) from None
+        self.log.info(outcome_text(job))
+        return job.summary()

@@ -1,0 +1,131 @@
+"""SlurmJobSensor: gate downstream tasks on any Slurm job, submitted by Airflow or not."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from airflow.providers.common.compat.sdk import (
+    AirflowFailException,
+    AirflowSkipException,
+    BaseSensorOperator,
+    conf,
+)
+
+from airflow_provider_slurmapi.api.errors import SlurmJobApiError, SlurmJobNotFoundError
+from airflow_provider_slurmapi.api.jobs import TERMINAL_STATES, JobState
+from airflow_provider_slurmapi.hooks.slurmapi import SlurmJobApiHook
+from airflow_provider_slurmapi.links.slurmapi import SlurmJobLink, render_link
+
+
+class SlurmJobSensor(BaseSensorOperator):
+    """Wait until a Slurm job reaches a success state; fail on a failure state.
+
+    :param job_id: the Slurm job id (templated, e.g. ``{{ ti.xcom_pull(task_ids='submit') }}``).
+    :param success_states: base states that mean success (default ``["COMPLETED"]``).
+    :param failure_states: base states that fail the sensor (default every other terminal state).
+    :param deferrable: wait in the triggerer (default ``[operators] default_deferrable``).
+    :param slurmapi_conn_id: the ``slurmapi`` connection (default ``slurmapi_default``).
+
+    ``mode`` (poke / reschedule), ``poke_interval``, ``timeout`` and ``soft_fail`` work as on every
+    sensor; with ``soft_fail`` a failure state skips the task instead of failing it.
+    """
+
+    template_fields: Sequence[str] = ("job_id",)
+    operator_extra_links = (SlurmJobLink(),)
+
+    def __init__(
+        self,
+        *,
+        job_id: int | str,
+        success_states: Iterable[str] = ("COMPLETED",),
+        failure_states: Iterable[str] | None = None,
+        deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
+        slurmapi_conn_id: str = SlurmJobApiHook.default_conn_name,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.job_id = job_id
+        self.success_states = {s.upper() for s in success_states}
+        if failure_states is None:
+            failure_states = TERMINAL_STATES - self.success_states
+        self.failure_states = {s.upper() for s in failure_states}
+        overlap = self.success_states & self.failure_states
+        if overlap:
+            raise ValueError(f"success_states and failure_states share {sorted(overlap)}: make them disjoint.")
+        self.deferrable = deferrable
+        self.slurmapi_conn_id = slurmapi_conn_id
+        self._link_done = False
+
+    def _decide(self, state: JobState, message: str) -> bool:
+        if state.base in self.success_states and (state.is_terminal or state.base not in TERMINAL_STATES):
+            return True
+        if state.base in self.failure_states and state.is_terminal:
+            if self.soft_fail:
+                raise AirflowSkipException(message)
+            raise AirflowFailException(message)
+        return False
+
+    def _link(self, context: Any, hook: SlurmJobApiHook) -> None:
+        if self._link_done:
+            return
+        s = hook.settings
+        url = render_link(
+            s.job_link_template,
+            job_id=self.job_id,
+            project_id=s.cluster.project_id,
+            region=s.cluster.region,
+            cluster_id=s.cluster.cluster_id,
+        )
+        SlurmJobLink.persist(context, url=url, job_id=self.job_id)
+        self._link_done = True
+
+    def poke(self, context: Any) -> bool:
+        hook = SlurmJobApiHook(slurmapi_conn_id=self.slurmapi_conn_id)
+        try:
+            self._link(context, hook)
+            job = hook.get_job(self.job_id)
+        except SlurmJobNotFoundError as err:
+            raise AirflowFailException(str(err)) from None
+        except SlurmJobApiError as err:
+            if err.retryable:
+                self.log.warning("Could not read Slurm job %s (%s); trying again next poke", self.job_id, err)
+                return False
+            raise AirflowFailException(str(err)) from None
+        self.log.info("Slurm job %s: %s", job.display_id, job.describe_state())
+        return self._decide(job.state, f"Slurm job {job.display_id} is {job.describe_state()}")
+
+    def execute(self, context: Any) -> Any:
+        if not self.deferrable:
+            return super().execute(context)
+        from airflow_provider_slurmapi.triggers.slurmapi import SlurmJobTrigger
+
+        if self.poke(context):
+            return None
+        targets = sorted((self.success_states | self.failure_states) - TERMINAL_STATES)
+        self.defer(
+            trigger=SlurmJobTrigger(
+                job_id=self.job_id,
+                slurmapi_conn_id=self.slurmapi_conn_id,
+                poll_interval=self.poke_interval,
+                deadline=time.time() + self.timeout if self.timeout else None,
+                target_states=targets or None,
+            ),
+            method_name="execute_complete",
+        )
+        return None
+
+    def execute_complete(self, context: Any, event: dict[str, Any]) -> None:
+        from airflow_provider_slurmapi.triggers.slurmapi import ERROR, TIMEOUT
+
+        status, message = event.get("status"), str(event.get("message"))
+        if status in (TIMEOUT, ERROR):
+            if self.soft_fail:
+                raise AirflowSkipException(message)
+            raise AirflowFailException(message)
+        summary = event.get("job") or {}
+        state = JobState.parse(str(summary.get("state", "")).split("+"))
+        if not self._decide(state, message):
+            raise AirflowFailException(f"{message}: neither a success nor a failure state of this sensor")
+        self.log.info(message)
