@@ -27,7 +27,7 @@ _PROJECT = re.compile(r"^[a-z0-9][a-z0-9.:-]{0,62}$")
 _SLURM_PATH = re.compile(r"^/(slurm|slurmdb)/v0\.0\.[0-9]+/[A-Za-z0-9_./,=&?%:+-]*$")
 
 
-def _is_loopback(host: str) -> bool:
+def is_loopback(host: str) -> bool:
     if host == "localhost":
         return True
     try:
@@ -46,7 +46,7 @@ def check_endpoint(endpoint: str) -> str:
             f"{endpoint!r} is not an http(s) URL",
             "Use https://REGION-aiplatform.googleapis.com, or leave endpoint unset for the default.",
         )
-    if parsed.scheme == "http" and not _is_loopback(host):
+    if parsed.scheme == "http" and not is_loopback(host):
         raise SlurmJobSpecError(
             "endpoint",
             f"{endpoint!r} uses plain http to a non-loopback host, which would send the access token in clear text",

@@ -136,9 +136,7 @@ def test_spec_defaults_environment_and_converts_time_limit():
 
 
 def test_spec_merges_environment_dict_over_defaults():
-    spec = JobSpec.build(
-        SCRIPT, {"current_working_directory": "/h", "environment": {"PATH": "/opt/bin", "SEED": 3}}
-    )
+    spec = JobSpec.build(SCRIPT, {"current_working_directory": "/h", "environment": {"PATH": "/opt/bin", "SEED": 3}})
     assert spec.job["environment"] == ["PATH=/opt/bin", "SEED=3"]
 
 

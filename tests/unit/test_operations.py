@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
 import pytest
 
@@ -15,7 +16,7 @@ from tests.fixtures import recorded, recorded_status
 V = "v0.0.42"
 
 
-def drive(op, replies: Iterable[str]) -> tuple[object, list[Call]]:
+def drive(op, replies: Iterable[str]) -> tuple[Any, list[Call]]:
     """Run ``op`` answering each call with the next recorded reply; return its result and the calls."""
     calls: list[Call] = []
     answers = iter(replies)

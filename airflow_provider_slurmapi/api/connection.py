@@ -1,0 +1,129 @@
+"""A slurmapi connection's extra fields, read and checked into ConnectionSettings (no Airflow imports)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit
+
+from airflow_provider_slurmapi.api import versions
+from airflow_provider_slurmapi.api.auth import CLOUD_PLATFORM_SCOPE, AuthConfig, parse_chain
+from airflow_provider_slurmapi.api.client import DEFAULT_TIMEOUT
+from airflow_provider_slurmapi.api.envelope import ClusterRef, is_loopback
+from airflow_provider_slurmapi.api.errors import SlurmJobSpecError
+
+# The connection's extra fields: name -> (label, description). One list for every UI generation.
+CONNECTION_FIELDS: dict[str, tuple[str, str]] = {
+    "project_id": ("Project ID", "Google Cloud project that owns the cluster"),
+    "region": ("Region", "Region of the cluster, e.g. us-central1"),
+    "cluster_id": ("Cluster ID", "ID of the model development cluster"),
+    "api_version": ("Slurm REST API version", "v0.0.40 .. v0.0.44, or auto (default v0.0.42)"),
+    "endpoint": ("Endpoint override", "Default https://REGION-aiplatform.googleapis.com"),
+    "key_path": ("Key file path", "Service-account key file; empty = Application Default Credentials"),
+    "keyfile_dict": ("Key file JSON", "Service-account key JSON (kept secret)"),
+    "impersonation_chain": ("Impersonation chain", "Service accounts to impersonate, comma separated"),
+    "scopes": ("Scopes", "Comma-separated OAuth scopes (default cloud-platform)"),
+    "quota_project_id": ("Quota project", "Project billed for API quota"),
+    "universe_domain": ("Universe domain", "Default googleapis.com"),
+    "timeout": ("Timeout (seconds)", "Per-call HTTP timeout (default 60)"),
+    "job_link_template": ("Job link template", "URL for the job link, with {job_id}, {cluster_id}, ..."),
+}
+SECRET_FIELDS = frozenset({"keyfile_dict"})
+_PREFIX = "extra__slurmapi__"
+
+
+@dataclass(frozen=True)
+class ConnectionSettings:
+    """Everything the clients need from a connection, checked."""
+
+    cluster: ClusterRef
+    auth: AuthConfig
+    api_version: str
+    timeout: float
+    job_link_template: str = ""
+
+    def client_kwargs(self) -> dict[str, Any]:
+        return {"auth": self.auth, "api_version": self.api_version, "timeout": self.timeout}
+
+
+def settings_from_extra(extra: Mapping[str, Any], conn_id: str = "slurmapi_default") -> ConnectionSettings:
+    """Read and check a connection's extra; every error names the field and the connection."""
+    values = {k.removeprefix(_PREFIX): v for k, v in extra.items() if v not in (None, "")}
+    unknown = sorted(set(values) - set(CONNECTION_FIELDS))
+    if unknown:
+        raise SlurmJobSpecError(
+            f"connection {conn_id!r} extra {unknown[0]!r}",
+            "is not a slurmapi connection field",
+            f"Use only: {', '.join(CONNECTION_FIELDS)}.",
+        )
+    try:
+        keyfile = values.get("keyfile_dict")
+        if isinstance(keyfile, str):
+            try:
+                keyfile = json.loads(keyfile)
+            except ValueError:
+                raise SlurmJobSpecError(
+                    "keyfile_dict", "is not valid JSON", "Paste the service-account key file's content."
+                ) from None
+        endpoint = values.get("endpoint")
+        cluster = ClusterRef(
+            project_id=values.get("project_id"),  # type: ignore[arg-type]
+            region=values.get("region"),  # type: ignore[arg-type]
+            cluster_id=values.get("cluster_id"),  # type: ignore[arg-type]
+            endpoint=endpoint,
+            universe_domain=str(values.get("universe_domain") or "googleapis.com"),
+        )
+        scopes = values.get("scopes") or [CLOUD_PLATFORM_SCOPE]
+        if isinstance(scopes, str):
+            scopes = [s.strip() for s in scopes.split(",") if s.strip()]
+        loopback = bool(cluster.endpoint) and is_loopback(_host(cluster.endpoint or ""))
+        auth = AuthConfig(
+            key_path=values.get("key_path"),
+            keyfile_dict=keyfile,
+            impersonation_chain=parse_chain(values.get("impersonation_chain")),
+            scopes=tuple(scopes),
+            quota_project_id=values.get("quota_project_id"),
+            # A loopback endpoint is the emulator, which also plays Google's IAM credentials API.
+            iam_endpoint=cluster.endpoint if loopback else None,
+        )
+        timeout = _timeout(values.get("timeout", DEFAULT_TIMEOUT))
+        return ConnectionSettings(
+            cluster=cluster,
+            auth=auth,
+            api_version=versions.check_version(values.get("api_version", versions.DEFAULT_VERSION)),
+            timeout=timeout,
+            job_link_template=str(values.get("job_link_template") or ""),
+        )
+    except SlurmJobSpecError as err:
+        raise SlurmJobSpecError(f"connection {conn_id!r} field {err.field}", err.problem, err.fix) from None
+
+
+def _host(url: str) -> str:
+    return urlsplit(url).hostname or ""
+
+
+def _timeout(value: Any) -> float:
+    try:
+        timeout = float(value)
+    except (TypeError, ValueError):
+        timeout = -1.0
+    if isinstance(value, bool) or timeout <= 0:
+        raise SlurmJobSpecError("timeout", f"{value!r} is not a positive number", "Give seconds, e.g. 60.")
+    return timeout
+
+
+def ui_field_behaviour() -> dict[str, Any]:
+    return {
+        "hidden_fields": ["host", "schema", "login", "password", "port", "extra"],
+        "relabeling": {},
+        "placeholders": {
+            "project_id": "my-project",
+            "region": "us-central1",
+            "cluster_id": "my-cluster",
+            "api_version": versions.DEFAULT_VERSION,
+            "key_path": "/path/to/key.json",
+            "timeout": str(int(DEFAULT_TIMEOUT)),
+        },
+    }

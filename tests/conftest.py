@@ -1,0 +1,27 @@
+"""Test set-up shared by every suite: a private AIRFLOW_HOME, set before Airflow is imported."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+_HOME = os.environ.get("SLURMAPI_TEST_AIRFLOW_HOME") or tempfile.mkdtemp(prefix="slurmapi-airflow-")
+os.environ["AIRFLOW_HOME"] = _HOME
+os.environ["AIRFLOW__CORE__LOAD_EXAMPLES"] = "False"
+os.environ["AIRFLOW__CORE__DAGS_FOLDER"] = str(ROOT / "example_dags")
+os.environ.setdefault("AIRFLOW__CORE__UNIT_TEST_MODE", "False")
+
+
+@pytest.fixture(scope="session")
+def airflow_db() -> str:
+    """Airflow's metadata database, migrated once per session (SQLite in the private AIRFLOW_HOME)."""
+    if not (Path(_HOME) / "airflow.db").exists():
+        airflow = Path(sys.executable).parent / "airflow"
+        subprocess.run([str(airflow), "db", "migrate"], check=True, capture_output=True)
+    return _HOME

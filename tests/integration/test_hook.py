@@ -1,0 +1,192 @@
+"""SlurmJobApiHook against the emulator: real HTTP on loopback, google-auth's real token flow."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+
+import pytest
+
+from airflow_provider_slurmapi.api.client import AsyncSlurmJobApiClient
+from airflow_provider_slurmapi.api.connection import settings_from_extra
+from airflow_provider_slurmapi.api.errors import (
+    GoogleApiError,
+    SlurmJobNotFoundError,
+    SlurmJobSpecError,
+    SlurmRequestRejectedError,
+)
+from airflow_provider_slurmapi.hooks.slurmapi import SlurmJobApiHook
+
+CWD = "/home/tester"
+OK = "#!/bin/bash\necho hello from $SLURM_JOB_ID\n"
+
+
+def use_connection(monkeypatch, emu, conn_id="slurmapi_default", **overrides):
+    monkeypatch.setenv(f"AIRFLOW_CONN_{conn_id.upper()}", emu.connection_json(**overrides))
+    return SlurmJobApiHook(slurmapi_conn_id=conn_id)
+
+
+@pytest.fixture
+def hook(slurmapi_emulator, monkeypatch):
+    return use_connection(monkeypatch, slurmapi_emulator)
+
+
+def test_submit_wait_completed_with_output(hook, slurmapi_emulator):
+    job_id = hook.submit_job(OK, {"current_working_directory": CWD, "name": "hello"})
+    job = hook.wait_for_job(job_id, poll_interval=0.2, timeout=60)
+    assert job.state.is_success
+    assert job.exit_code.return_code == 0
+    assert job.name == "hello"
+    assert job.standard_output == f"{CWD}/slurm-{job_id}.out"
+    assert slurmapi_emulator.read_output(job_id).strip() == f"hello from {job_id}"
+
+
+def test_failed_job_reports_exit_code(hook):
+    job_id = hook.submit_job("#!/bin/bash\nexit 3\n", {"current_working_directory": CWD})
+    job = hook.wait_for_job(job_id, poll_interval=0.2, timeout=60)
+    assert job.state.base == "FAILED"
+    assert job.exit_code.return_code == 3
+
+
+def test_cancel_running_job(hook, slurmapi_emulator):
+    job_id = hook.submit_job("#!/bin/bash\nsleep 300\n", {"current_working_directory": CWD})
+    slurmapi_emulator.wait_for_state(job_id, ["RUNNING"], timeout=30)
+    result = hook.cancel_job(job_id)
+    assert not result.already_finished
+    seen = []
+    job = hook.wait_for_job(job_id, poll_interval=0.05, timeout=60, on_poll=lambda j: seen.append(str(j.state)))
+    assert job.state.base == "CANCELLED" and job.state.is_terminal
+    assert hook.cancel_job(job_id).already_finished
+
+
+def test_finished_job_is_read_from_accounting_after_purge(hook, slurmapi_emulator):
+    job_id = hook.submit_job(OK, {"current_working_directory": CWD})
+    hook.wait_for_job(job_id, poll_interval=0.2, timeout=60)
+    slurmapi_emulator.purge(job_id)
+    job = hook.get_job(job_id)
+    assert job.source == "slurmdb"
+    assert job.state.is_success
+    assert hook.cancel_job(job_id).already_finished
+
+
+def test_unknown_job(hook):
+    with pytest.raises(SlurmJobNotFoundError, match="neither in the active queue nor in accounting"):
+        hook.get_job(987654)
+
+
+def test_bad_partition_is_rejected_by_slurm(hook):
+    with pytest.raises(SlurmRequestRejectedError, match="Invalid partition name specified"):
+        hook.submit_job(OK, {"current_working_directory": CWD, "partition": "nosuch"})
+
+
+def test_unknown_field_warning_is_logged(hook, caplog):
+    with caplog.at_level(logging.WARNING):
+        hook.submit_job(OK, {"current_working_directory": CWD, "no_such_field": 1})
+    assert "no_such_field" in caplog.text
+
+
+def test_list_jobs_and_raw_call(hook):
+    job_id = hook.submit_job(OK, {"current_working_directory": CWD})
+    assert job_id in [j.job_id for j in hook.list_jobs()]
+    status, body = hook.call_slurm("GET", f"/slurm/v0.0.42/job/{job_id}")
+    assert status == 200 and body["jobs"][0]["job_id"] == job_id
+
+
+def test_test_connection_reports_slurm_version(hook):
+    ok, message = hook.test_connection()
+    assert ok, message
+    assert "24.11" in message
+
+
+def test_keyfile_dict_connection(slurmapi_emulator, monkeypatch):
+    hook = use_connection(
+        monkeypatch, slurmapi_emulator, key_path=None, keyfile_dict=json.dumps(slurmapi_emulator.keyfile_dict)
+    )
+    assert hook.test_connection()[0]
+
+
+def test_impersonation_chain(slurmapi_emulator, monkeypatch):
+    target = f"runner@{slurmapi_emulator.project}.iam.gserviceaccount.com"
+    hook = use_connection(monkeypatch, slurmapi_emulator, conn_id="slurmapi_imp", impersonation_chain=target)
+    ok, message = hook.test_connection()
+    assert ok, message
+
+
+def test_unknown_cluster_is_not_found(slurmapi_emulator, monkeypatch):
+    hook = use_connection(monkeypatch, slurmapi_emulator, conn_id="slurmapi_wrong", cluster_id="no-such-cluster")
+    with pytest.raises(GoogleApiError) as info:
+        hook.list_jobs()
+    assert info.value.status == "NOT_FOUND" and "cluster_id" in str(info.value)
+
+
+def test_transient_unavailable_is_retried(hook, slurmapi_emulator):
+    slurmapi_emulator.inject_fault("unavailable", count=1)
+    assert isinstance(hook.list_jobs(), list)
+
+
+def test_submit_is_not_blindly_retried_after_an_ambiguous_failure(hook, slurmapi_emulator):
+    from airflow_provider_slurmapi.api.errors import SlurmTransportError
+
+    before = len(slurmapi_emulator.jobs())
+    slurmapi_emulator.inject_fault("lost_reply", count=1, path_contains="job/submit")
+    with pytest.raises(SlurmTransportError) as info:
+        hook.submit_job(OK, {"current_working_directory": CWD})
+    assert info.value.ambiguous
+    assert len(slurmapi_emulator.jobs()) == before + 1
+
+
+def test_oversize_script_is_refused_before_sending(hook, slurmapi_emulator):
+    calls = len(slurmapi_emulator.calls)
+    with pytest.raises(SlurmJobSpecError, match="shared storage"):
+        hook.submit_job("#!/bin/bash\n" + "#" * 1_100_000, {"current_working_directory": CWD})
+    assert len(slurmapi_emulator.calls) == calls
+
+
+def test_no_token_in_logs_or_reprs(hook, caplog):
+    with caplog.at_level(logging.DEBUG):
+        job_id = hook.submit_job(OK, {"current_working_directory": CWD})
+        hook.wait_for_job(job_id, poll_interval=0.2, timeout=60)
+    client = hook.get_conn()
+    token = client.tokens.token()
+    assert len(token) > 10
+    for text in (caplog.text, repr(hook), repr(client), repr(client.tokens), repr(client.auth)):
+        assert token not in text
+    assert "PRIVATE KEY" not in repr(hook.settings)
+
+
+def test_async_client_shares_the_core(hook):
+    job_id = hook.submit_job(OK, {"current_working_directory": CWD})
+    hook.wait_for_job(job_id, poll_interval=0.2, timeout=60)
+
+    async def read():
+        settings = await hook.aget_settings()
+        async with AsyncSlurmJobApiClient(settings.cluster, **settings.client_kwargs()) as client:
+            return await client.get_job(job_id), await client.job_states([job_id])
+
+    job, states = asyncio.run(read())
+    assert job.state.is_success
+    assert str(states[str(job_id)]) == "COMPLETED"
+
+
+@pytest.mark.parametrize(
+    ("extra", "field"),
+    [
+        ({"region": "us-central1", "cluster_id": "c"}, "project_id"),
+        ({"project_id": "p", "cluster_id": "c"}, "region"),
+        ({"project_id": "p", "region": "us-central1"}, "cluster_id"),
+        ({"project_id": "p", "region": "r1", "cluster_id": "c", "endpoint": "http://10.0.0.1"}, "endpoint"),
+        ({"project_id": "p", "region": "r1", "cluster_id": "c", "api_version": "v0.0.39"}, "api_version"),
+        ({"project_id": "p", "region": "r1", "cluster_id": "c", "timeout": "soon"}, "timeout"),
+        ({"project_id": "p", "region": "r1", "cluster_id": "c", "keyfile_dict": "{not json"}, "keyfile_dict"),
+        (
+            {"project_id": "p", "region": "r1", "cluster_id": "c", "impersonation_chain": "nobody"},
+            "impersonation_chain",
+        ),
+        ({"project_id": "p", "region": "r1", "cluster_id": "c", "colour": "blue"}, "colour"),
+    ],
+)
+def test_bad_connections_name_the_field(extra, field):
+    with pytest.raises(SlurmJobSpecError) as info:
+        settings_from_extra(extra, "my_conn")
+    assert field in str(info.value) and "my_conn" in str(info.value)

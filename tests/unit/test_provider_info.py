@@ -1,0 +1,53 @@
+"""The provider registers itself with Airflow, and both connection-form generations stay in step."""
+
+from __future__ import annotations
+
+from importlib.metadata import entry_points
+
+import pytest
+
+from airflow_provider_slurmapi.api.connection import CONNECTION_FIELDS
+from airflow_provider_slurmapi.hooks.slurmapi import SlurmJobApiHook
+
+
+def provider_info() -> dict:
+    (ep,) = [
+        e for e in entry_points(group="apache_airflow_provider") if e.value.startswith("airflow_provider_slurmapi")
+    ]
+    return ep.load()()
+
+
+def test_entry_point_declares_every_class():
+    import importlib
+
+    info = provider_info()
+    assert info["package-name"] == "airflow-provider-slurmapi"
+    (conn,) = info["connection-types"]
+    assert conn["connection-type"] == "slurmapi"
+    for kind in ("hooks", "operators", "sensors", "triggers"):
+        for module in info[kind][0]["python-modules"]:
+            importlib.import_module(module)
+    for dotted in [conn["hook-class-name"], *info["extra-links"]]:
+        module, _, name = dotted.rpartition(".")
+        assert hasattr(importlib.import_module(module), name)
+
+
+def test_conn_fields_match_the_hook():
+    (conn,) = provider_info()["connection-types"]
+    assert list(conn["conn-fields"]) == list(CONNECTION_FIELDS)
+    assert conn["conn-fields"]["keyfile_dict"]["schema"]["format"] == "password"
+    assert conn["ui-field-behaviour"]["hidden-fields"] == SlurmJobApiHook.get_ui_field_behaviour()["hidden_fields"]
+
+
+def test_airflow_providers_manager_sees_the_connection_type():
+    from airflow.providers_manager import ProvidersManager
+
+    manager = ProvidersManager()
+    assert "airflow-provider-slurmapi" in manager.providers
+    hook_info = manager.hooks["slurmapi"]
+    assert hook_info is not None and hook_info.hook_class_name.endswith("SlurmJobApiHook")
+
+
+def test_legacy_form_widgets_match():
+    pytest.importorskip("flask_appbuilder", reason="the legacy (FAB) connection form exists only with FAB")
+    assert list(SlurmJobApiHook.get_connection_form_widgets()) == list(CONNECTION_FIELDS)
