@@ -23,6 +23,7 @@ from airflow_provider_slurmapi.api.errors import (
     SlurmJobWaitTimeoutError,
 )
 from airflow_provider_slurmapi.api.jobs import JobSpec, SlurmJob
+from airflow_provider_slurmapi.api.reattach import SubmitOutcome
 from airflow_provider_slurmapi.api.watch import Deadline, JobWatch, outcome_text
 
 
@@ -95,6 +96,15 @@ class SlurmJobApiHook(BaseHook):
         for warning in submitted.warnings:
             self.log.warning("Slurm warning on submit of job %s: %s", submitted.job_id, warning)
         return submitted
+
+    def submit_once(self, spec: JobSpec, tag: str, *, reattach: bool = True, first_try: bool = False) -> SubmitOutcome:
+        """Submit unless a job tagged ``tag`` (in its comment) is still active or COMPLETED; see ``api.reattach``."""
+        outcome = self.get_conn().submit_once(spec, tag, reattach=reattach, first_try=first_try)
+        for note in outcome.notes:
+            self.log.info("Slurm job %s: %s", outcome.job_id, note)
+        for warning in outcome.warnings:
+            self.log.warning("Slurm warning on submit of job %s: %s", outcome.job_id, warning)
+        return outcome
 
     def get_job(self, job_id: int | str, *, recently_submitted: bool = False) -> SlurmJob:
         """The job from the active queue, or from accounting once it has left it."""

@@ -31,6 +31,7 @@ from airflow_provider_slurmapi.api.errors import (
     SlurmRequestRejectedError,
 )
 from airflow_provider_slurmapi.api.jobs import JobSpec, JobState, SlurmJob
+from airflow_provider_slurmapi.api.reattach import tagged_comment, task_instance_tag
 from airflow_provider_slurmapi.api.watch import failure_error, outcome_text
 from airflow_provider_slurmapi.hooks.slurmapi import SlurmJobApiHook
 from airflow_provider_slurmapi.links.slurmapi import SlurmJobLink, render_link
@@ -85,9 +86,12 @@ class SlurmSubmitJobOperator(BaseOperator):
     :param cancel_on_kill: cancel the Slurm job when the task is killed (default True).
     :param retry_on_job_failure: let the task's retries re-run jobs that FAILED/TIMEOUT/OOM (default False;
         cluster failures such as NODE_FAIL are always retryable).
+    :param reattach: before submitting, look for a job of this task instance (tagged in its ``comment``)
+        that is still active or COMPLETED and follow it instead of submitting a second one (default True).
     :param slurmapi_conn_id: the ``slurmapi`` connection (default ``slurmapi_default``).
 
-    Returns (XCom ``return_value``) the Slurm job id; also pushes ``slurm_job_id`` at submit time and
+    Every job carries ``airflow-ti:<dag_id>/<task_id>/<run_id>/<map_index>`` at the start of its
+    ``comment`` (a ``comment`` you give follows it). Returns (XCom ``return_value``) the Slurm job id; also pushes ``slurm_job_id`` at submit time and
     ``slurm_job`` (state, exit code, elapsed, nodes, output paths) when the job ends.
     """
 
@@ -128,10 +132,12 @@ class SlurmSubmitJobOperator(BaseOperator):
         poll_interval: float = 30.0,
         cancel_on_kill: bool = True,
         retry_on_job_failure: bool = False,
+        reattach: bool = True,
         slurmapi_conn_id: str = SlurmJobApiHook.default_conn_name,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        self.reattach = reattach
         self.script = script
         self.job = dict(job) if job else {}
         self.name = name
@@ -185,24 +191,41 @@ class SlurmSubmitJobOperator(BaseOperator):
         fields.update(self.job)
         return fields
 
+    @staticmethod
+    def tag(context: Any) -> str:
+        """The task-instance tag this operator puts in the job's ``comment``."""
+        ti = context["ti"]
+        map_index = getattr(ti, "map_index", -1)
+        return task_instance_tag(ti.dag_id, ti.task_id, ti.run_id, -1 if map_index is None else map_index)
+
     def build_spec(self, context: Any) -> JobSpec:
         ti = context["ti"]
-        return JobSpec.build(self.script, self.job_fields(ti.dag_id, ti.task_id))
+        fields = self.job_fields(ti.dag_id, ti.task_id)
+        comment = fields.get("comment")
+        if comment is not None and not isinstance(comment, str):
+            raise SlurmJobSpecError("comment", f"{comment!r} is not a string", "Give a string value.")
+        fields["comment"] = tagged_comment(self.tag(context), comment)
+        return JobSpec.build(self.script, fields)
 
     def execute(self, context: Any) -> int:
         hook = self.hook
         try:
             spec = self.build_spec(context)
-            submitted = hook.submit(spec)
+            first_try = int(getattr(context["ti"], "try_number", 1) or 1) <= 1
+            outcome = hook.submit_once(spec, self.tag(context), reattach=self.reattach, first_try=first_try)
         except SlurmJobApiError as err:
             raise _fail(err, retry_on_job_failure=self.retry_on_job_failure) from None
-        self.job_id = submitted.job_id
+        self.job_id = outcome.job_id
         partition = spec.job.get("partition") or "the default partition"
-        self.log.info("Submitted Slurm job %s (%s) to %s", self.job_id, spec.job.get("name"), partition)
+        verb = "Reattached to" if outcome.reattached else "Submitted"
+        self.log.info("%s Slurm job %s (%s) on %s", verb, self.job_id, spec.job.get("name"), partition)
         context["ti"].xcom_push(key=XCOM_JOB_ID, value=self.job_id)
         self._persist_link(context, hook, self.job_id)
         if not self.wait_for_completion:
             return self.job_id
+        if outcome.job is not None and outcome.job.state.is_terminal:
+            self.log.info(outcome_text(outcome.job))
+            return self._finish(context, outcome.job)
         if self.deferrable:
             self._defer(self.job_id)
         return self._wait(context, hook, self.job_id)

@@ -119,7 +119,7 @@ def test_convenience_arguments_reach_slurm(emu):
     job = emu.job(job_id)
     assert job["name"] == "explicit-wins"
     assert job["partition"] == "gpu"
-    assert job["comment"] == "from the job dict"
+    assert job["comment"] == "airflow-ti:submit_fields/train/" + tis["train"].run_id + "/-1 from the job dict"
     assert job["standard_output"] == f"{CWD}/out-{job_id}-explicit-wins.log"
 
 
