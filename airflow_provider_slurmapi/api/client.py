@@ -18,7 +18,8 @@ from typing import Any, TypeVar
 from airflow_provider_slurmapi.api import operations as ops
 from airflow_provider_slurmapi.api import versions
 from airflow_provider_slurmapi.api.auth import AuthConfig, TokenSource, token_source
-from airflow_provider_slurmapi.api.envelope import Call, ClusterRef, SlurmReply, encode_envelope, parse_reply
+from airflow_provider_slurmapi.api.direct import SlurmrestdRef
+from airflow_provider_slurmapi.api.envelope import Call, ClusterRef, HttpRequest, SlurmReply
 from airflow_provider_slurmapi.api.errors import (
     GoogleApiError,
     SlurmAuthError,
@@ -32,6 +33,7 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 DEFAULT_TIMEOUT = 60.0
 _DETECTED: dict[str, str] = {}
+Target = ClusterRef | SlurmrestdRef
 _DETECTED_LOCK = threading.Lock()
 
 
@@ -56,7 +58,7 @@ class BaseSlurmJobApiClient:
 
     def __init__(
         self,
-        cluster: ClusterRef,
+        cluster: Target,
         *,
         auth: AuthConfig | None = None,
         api_version: str = versions.DEFAULT_VERSION,
@@ -66,7 +68,8 @@ class BaseSlurmJobApiClient:
     ) -> None:
         self.cluster = cluster
         self.auth = auth or AuthConfig()
-        self.tokens = tokens or token_source(self.auth)
+        # Only the Google API takes Google tokens; a direct slurmrestd carries its JWT in the target.
+        self.tokens = tokens or (token_source(self.auth) if isinstance(cluster, ClusterRef) else None)
         self._api_version = versions.check_version(api_version)
         if not isinstance(timeout, (int, float)) or isinstance(timeout, bool) or timeout <= 0:
             raise SlurmJobApiError(f"timeout: {timeout!r} is not a positive number of seconds.")
@@ -74,17 +77,17 @@ class BaseSlurmJobApiClient:
         self.retry = retry or RetryPolicy()
 
     def __repr__(self) -> str:
-        return f"{type(self).__name__}({self.cluster.resource_name}, api_version={self._api_version})"
+        return f"{type(self).__name__}({self.cluster.name}, api_version={self._api_version})"
 
-    def _headers(self, token: str) -> dict[str, str]:
-        headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
-        if self.auth.quota_project_id:
-            headers["x-goog-user-project"] = self.auth.quota_project_id
-        return headers
+    def _request(self, call: Call, token: str | None) -> HttpRequest:
+        request = self.cluster.request(call, token)
+        if token and self.auth.quota_project_id:
+            request.headers["x-goog-user-project"] = self.auth.quota_project_id
+        return request
 
     def _retry_delay(self, call: Call, error: SlurmJobApiError, attempt: int) -> float | None:
         """Seconds to wait before trying ``call`` again, or None to give up and raise ``error``."""
-        if isinstance(error, GoogleApiError) and error.code == 401 and attempt == 1:
+        if isinstance(error, GoogleApiError) and error.code == 401 and attempt == 1 and self.tokens:
             self.tokens.invalidate()
             return 0.0
         if not error.retryable or attempt >= self.retry.attempts:
@@ -103,7 +106,7 @@ class BaseSlurmJobApiClient:
         return delay
 
     def _version_key(self) -> str:
-        return f"{self.cluster.url}|{self.auth.cache_key()}"
+        return f"{self.cluster.name}|{self.auth.cache_key()}"
 
 
 def _never_sent(error: SlurmJobApiError) -> bool:
@@ -137,7 +140,7 @@ def _detect_version() -> ops.Operation[str]:
 class SlurmJobApiClient(BaseSlurmJobApiClient):
     """Blocking client over a pooled ``requests.Session``."""
 
-    def __init__(self, cluster: ClusterRef, **kwargs: Any) -> None:
+    def __init__(self, cluster: Target, **kwargs: Any) -> None:
         super().__init__(cluster, **kwargs)
         import requests
 
@@ -182,10 +185,11 @@ class SlurmJobApiClient(BaseSlurmJobApiClient):
     def _send_once(self, call: Call) -> SlurmReply:
         import requests
 
-        content = encode_envelope(call)
-        headers = self._headers(self.tokens.token())
+        request = self._request(call, self.tokens.token() if self.tokens else None)
         try:
-            response = self._session.post(self.cluster.url, data=content, headers=headers, timeout=self.timeout)
+            response = self._session.request(
+                request.method, request.url, data=request.content, headers=request.headers, timeout=self.timeout
+            )
         except requests.exceptions.ConnectTimeout as err:
             raise SlurmTransportError(f"{call.describe()}: could not connect ({type(err).__name__})") from None
         except requests.exceptions.ConnectionError as err:
@@ -198,7 +202,7 @@ class SlurmJobApiClient(BaseSlurmJobApiClient):
                 f"{call.describe()}: no reply within {self.timeout:.0f}s ({type(err).__name__})",
                 ambiguous=True,
             ) from None
-        return parse_reply(response.status_code, response.content, what=call.describe())
+        return self.cluster.parse(response.status_code, response.content, what=call.describe())
 
     @property
     def api_version(self) -> str:
@@ -249,7 +253,7 @@ class SlurmJobApiClient(BaseSlurmJobApiClient):
 class AsyncSlurmJobApiClient(BaseSlurmJobApiClient):
     """Non-blocking client over ``httpx.AsyncClient``; token refreshes run off the event loop."""
 
-    def __init__(self, cluster: ClusterRef, **kwargs: Any) -> None:
+    def __init__(self, cluster: Target, **kwargs: Any) -> None:
         super().__init__(cluster, **kwargs)
         self._http: Any = None
 
@@ -295,10 +299,11 @@ class AsyncSlurmJobApiClient(BaseSlurmJobApiClient):
 
         if self._http is None:
             self._http = httpx.AsyncClient(timeout=self.timeout)
-        content = encode_envelope(call)
-        headers = self._headers(await self.tokens.atoken())
+        request = self._request(call, await self.tokens.atoken() if self.tokens else None)
         try:
-            response = await self._http.post(self.cluster.url, content=content, headers=headers)
+            response = await self._http.request(
+                request.method, request.url, content=request.content, headers=request.headers
+            )
         except httpx.ConnectError as err:
             raise SlurmTransportError(f"{call.describe()}: could not connect ({type(err).__name__})") from None
         except httpx.ConnectTimeout as err:
@@ -312,7 +317,7 @@ class AsyncSlurmJobApiClient(BaseSlurmJobApiClient):
             raise SlurmTransportError(
                 f"{call.describe()}: connection failed ({type(err).__name__})", ambiguous=True
             ) from None
-        return parse_reply(response.status_code, response.content, what=call.describe())
+        return self.cluster.parse(response.status_code, response.content, what=call.describe())
 
     async def api_version(self) -> str:
         """The Slurm REST version in use; ``auto`` is resolved once per connection and cached."""

@@ -11,6 +11,7 @@ from urllib.parse import urlsplit
 from airflow_provider_slurmapi.api import versions
 from airflow_provider_slurmapi.api.auth import CLOUD_PLATFORM_SCOPE, AuthConfig, parse_chain
 from airflow_provider_slurmapi.api.client import DEFAULT_TIMEOUT
+from airflow_provider_slurmapi.api.direct import SlurmrestdRef
 from airflow_provider_slurmapi.api.envelope import ClusterRef, is_loopback
 from airflow_provider_slurmapi.api.errors import SlurmJobSpecError
 
@@ -29,8 +30,11 @@ CONNECTION_FIELDS: dict[str, tuple[str, str]] = {
     "universe_domain": ("Universe domain", "Default googleapis.com"),
     "timeout": ("Timeout (seconds)", "Per-call HTTP timeout (default 60)"),
     "job_link_template": ("Job link template", "URL for the job link, with {job_id}, {cluster_id}, ..."),
+    "slurmrestd_url": ("slurmrestd URL (direct)", "Call an on-premises slurmrestd directly instead of Google"),
+    "slurm_user": ("Slurm user (direct)", "X-SLURM-USER-NAME; default the connection's login"),
+    "slurm_jwt": ("Slurm JWT (direct)", "X-SLURM-USER-TOKEN; default the connection's password"),
 }
-SECRET_FIELDS = frozenset({"keyfile_dict"})
+SECRET_FIELDS = frozenset({"keyfile_dict", "slurm_jwt"})
 _PREFIX = "extra__slurmapi__"
 
 
@@ -38,7 +42,7 @@ _PREFIX = "extra__slurmapi__"
 class ConnectionSettings:
     """Everything the clients need from a connection, checked."""
 
-    cluster: ClusterRef
+    cluster: ClusterRef | SlurmrestdRef
     auth: AuthConfig
     api_version: str
     timeout: float
@@ -47,9 +51,26 @@ class ConnectionSettings:
     def client_kwargs(self) -> dict[str, Any]:
         return {"auth": self.auth, "api_version": self.api_version, "timeout": self.timeout}
 
+    def link_fields(self) -> dict[str, str]:
+        """What a ``job_link_template`` may use besides ``{job_id}``."""
+        c = self.cluster
+        if isinstance(c, ClusterRef):
+            return {"project_id": c.project_id, "region": c.region, "cluster_id": c.cluster_id, "url": c.base_url}
+        return {"project_id": "", "region": "", "cluster_id": "", "url": c.url}
 
-def settings_from_extra(extra: Mapping[str, Any], conn_id: str = "slurmapi_default") -> ConnectionSettings:
-    """Read and check a connection's extra; every error names the field and the connection."""
+
+def settings_from_extra(
+    extra: Mapping[str, Any],
+    conn_id: str = "slurmapi_default",
+    *,
+    login: str | None = None,
+    password: str | None = None,
+) -> ConnectionSettings:
+    """Read and check a connection's extra; every error names the field and the connection.
+
+    With ``slurmrestd_url`` set the connection talks to slurmrestd directly (``login``/``password`` are
+    the defaults of ``slurm_user``/``slurm_jwt``); otherwise to the Google Slurm Job API.
+    """
     values = {k.removeprefix(_PREFIX): v for k, v in extra.items() if v not in (None, "")}
     unknown = sorted(set(values) - set(CONNECTION_FIELDS))
     if unknown:
@@ -68,6 +89,18 @@ def settings_from_extra(extra: Mapping[str, Any], conn_id: str = "slurmapi_defau
                     "keyfile_dict", "is not valid JSON", "Paste the service-account key file's content."
                 ) from None
         endpoint = values.get("endpoint")
+        common: dict[str, Any] = {
+            "api_version": versions.check_version(values.get("api_version", versions.DEFAULT_VERSION)),
+            "timeout": _timeout(values.get("timeout", DEFAULT_TIMEOUT)),
+            "job_link_template": str(values.get("job_link_template") or ""),
+        }
+        if values.get("slurmrestd_url"):
+            direct = SlurmrestdRef(
+                url=str(values["slurmrestd_url"]),
+                user=str(values.get("slurm_user") or login or ""),
+                token=str(values.get("slurm_jwt") or password or ""),
+            )
+            return ConnectionSettings(cluster=direct, auth=AuthConfig(), **common)
         cluster = ClusterRef(
             project_id=values.get("project_id"),  # type: ignore[arg-type]
             region=values.get("region"),  # type: ignore[arg-type]
@@ -88,14 +121,7 @@ def settings_from_extra(extra: Mapping[str, Any], conn_id: str = "slurmapi_defau
             # A loopback endpoint is the emulator, which also plays Google's IAM credentials API.
             iam_endpoint=cluster.endpoint if loopback else None,
         )
-        timeout = _timeout(values.get("timeout", DEFAULT_TIMEOUT))
-        return ConnectionSettings(
-            cluster=cluster,
-            auth=auth,
-            api_version=versions.check_version(values.get("api_version", versions.DEFAULT_VERSION)),
-            timeout=timeout,
-            job_link_template=str(values.get("job_link_template") or ""),
-        )
+        return ConnectionSettings(cluster=cluster, auth=auth, **common)
     except SlurmJobSpecError as err:
         raise SlurmJobSpecError(f"connection {conn_id!r} field {err.field}", err.problem, err.fix) from None
 
@@ -116,8 +142,11 @@ def _timeout(value: Any) -> float:
 
 def ui_field_behaviour() -> dict[str, Any]:
     return {
-        "hidden_fields": ["host", "schema", "login", "password", "port", "extra"],
-        "relabeling": {},
+        "hidden_fields": ["host", "schema", "port", "extra"],
+        "relabeling": {
+            "login": "Slurm user (direct slurmrestd only)",
+            "password": "Slurm JWT (direct slurmrestd only)",
+        },
         "placeholders": {
             "project_id": "my-project",
             "region": "us-central1",

@@ -36,25 +36,25 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-def check_endpoint(endpoint: str) -> str:
+def check_endpoint(endpoint: str, *, field_name: str = "endpoint") -> str:
     """``endpoint`` without a trailing slash; https is required except on loopback (the emulator)."""
     parsed = urllib.parse.urlsplit(str(endpoint).strip())
     host = parsed.hostname or ""
     if parsed.scheme not in ("https", "http") or not host:
         raise SlurmJobSpecError(
-            "endpoint",
+            field_name,
             f"{endpoint!r} is not an http(s) URL",
             "Use https://REGION-aiplatform.googleapis.com, or leave endpoint unset for the default.",
         )
     if parsed.scheme == "http" and not is_loopback(host):
         raise SlurmJobSpecError(
-            "endpoint",
+            field_name,
             f"{endpoint!r} uses plain http to a non-loopback host, which would send the access token in clear text",
             "Use an https:// endpoint; plain http is allowed only for 127.0.0.1/localhost (the emulator).",
         )
     if parsed.query or parsed.fragment or parsed.username:
         raise SlurmJobSpecError(
-            "endpoint", f"{endpoint!r} has a query, fragment or user part", "Give only scheme://host[:port]."
+            field_name, f"{endpoint!r} has a query, fragment or user part", "Give only scheme://host[:port]."
         )
     return f"{parsed.scheme}://{parsed.netloc}{parsed.path.rstrip('/')}"
 
@@ -94,6 +94,30 @@ class ClusterRef:
     @property
     def url(self) -> str:
         return f"{self.base_url}/v1beta1/{self.resource_name}:callSlurmRestApi"
+
+    @property
+    def name(self) -> str:
+        return self.resource_name
+
+    def request(self, call: Call, bearer: str | None = None) -> HttpRequest:
+        """The callSlurmRestApi POST carrying ``call`` (``bearer``: the Google access token)."""
+        headers = {"Content-Type": "application/json"}
+        if bearer:
+            headers["Authorization"] = f"Bearer {bearer}"
+        return HttpRequest("POST", self.url, headers, encode_envelope(call))
+
+    def parse(self, status: int, content: bytes, *, what: str) -> SlurmReply:
+        return parse_reply(status, content, what=what)
+
+
+@dataclass(frozen=True)
+class HttpRequest:
+    """What a client puts on the wire for one call."""
+
+    method: str
+    url: str
+    headers: dict[str, str] = field(repr=False)
+    content: bytes = field(repr=False, default=b"")
 
 
 @dataclass(frozen=True)

@@ -52,7 +52,9 @@ class SlurmJobApiHook(BaseHook):
         """The connection's checked settings (read once)."""
         if self._settings is None:
             conn = self.get_connection(self.slurmapi_conn_id)
-            self._settings = settings_from_extra(conn.extra_dejson, self.slurmapi_conn_id)
+            self._settings = settings_from_extra(
+                conn.extra_dejson, self.slurmapi_conn_id, login=conn.login, password=conn.password
+            )
         return self._settings
 
     def get_conn(self) -> SlurmJobApiClient:
@@ -72,7 +74,7 @@ class SlurmJobApiHook(BaseHook):
 
             conn = await get_async_connection(self.slurmapi_conn_id, self)
             extra = await get_async_extra_dejson(conn)
-            self._settings = settings_from_extra(extra, self.slurmapi_conn_id)
+            self._settings = settings_from_extra(extra, self.slurmapi_conn_id, login=conn.login, password=conn.password)
         return self._settings
 
     async def get_async_conn(self) -> AsyncSlurmJobApiClient:

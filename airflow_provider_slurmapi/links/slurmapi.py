@@ -17,11 +17,17 @@ DEFAULT_LINK_TEMPLATE = (
 )
 
 
-def render_link(template: str, *, job_id: int | str, project_id: str, region: str, cluster_id: str) -> str:
-    """``template`` with ``{job_id}``, ``{project_id}``, ``{region}`` and ``{cluster_id}`` filled in."""
-    return (template or DEFAULT_LINK_TEMPLATE).format(
-        job_id=job_id, project_id=project_id, region=region, cluster_id=cluster_id
-    )
+def render_link(template: str, *, job_id: int | str, **fields: str) -> str:
+    """``template`` with ``{job_id}``, ``{project_id}``, ``{region}``, ``{cluster_id}`` and ``{url}`` filled in.
+
+    A direct slurmrestd connection has no console: without a template its link is empty (hidden).
+    """
+    if not template and not fields.get("project_id"):
+        return ""
+    try:
+        return (template or DEFAULT_LINK_TEMPLATE).format(job_id=job_id, **fields)
+    except (KeyError, IndexError, ValueError):
+        return ""
 
 
 class SlurmJobLink(BaseOperatorLink):

@@ -232,13 +232,7 @@ class SlurmSubmitJobOperator(BaseOperator):
 
     def _persist_link(self, context: Any, hook: SlurmJobApiHook, job_id: int) -> None:
         settings = hook.settings
-        url = render_link(
-            settings.job_link_template,
-            job_id=job_id,
-            project_id=settings.cluster.project_id,
-            region=settings.cluster.region,
-            cluster_id=settings.cluster.cluster_id,
-        )
+        url = render_link(settings.job_link_template, job_id=job_id, **settings.link_fields())
         SlurmJobLink.persist(context, url=url, job_id=job_id)
 
     def _defer(self, job_id: int) -> None:

@@ -71,13 +71,7 @@ class SlurmJobSensor(BaseSensorOperator):
         if self._link_done:
             return
         s = hook.settings
-        url = render_link(
-            s.job_link_template,
-            job_id=self.job_id,
-            project_id=s.cluster.project_id,
-            region=s.cluster.region,
-            cluster_id=s.cluster.cluster_id,
-        )
+        url = render_link(s.job_link_template, job_id=self.job_id, **s.link_fields())
         SlurmJobLink.persist(context, url=url, job_id=self.job_id)
         self._link_done = True
 
