@@ -9,7 +9,7 @@ import time
 from dataclasses import dataclass, field
 
 from airflow_provider_slurmapi.api.errors import SlurmJobApiError, SlurmJobFailedError
-from airflow_provider_slurmapi.api.jobs import SlurmJob
+from airflow_provider_slurmapi.api.jobs import JobState, SlurmJob
 
 DEFAULT_ERROR_BUDGET = 10
 
@@ -44,6 +44,15 @@ class JobWatch:
             suffix = f", elapsed {format_duration(elapsed)}" if job.start_time else ""
             lines.append(f"Slurm job {job.display_id}: {described}{suffix}")
         return lines
+
+    def observe_state(self, job_id: object, state: JobState) -> list[str]:
+        """Log lines for a bare state (from a batched poll, which carries no reason or nodes)."""
+        self.consecutive_errors = 0
+        text = str(state)
+        if text == self.last.split(" ")[0]:
+            return []
+        self.last = text
+        return [f"Slurm job {job_id}: {text}"]
 
     def failed_poll(self, error: SlurmJobApiError) -> str:
         """Count a failed poll: a log line if it may be retried, else re-raise it."""

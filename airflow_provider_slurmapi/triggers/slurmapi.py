@@ -8,8 +8,12 @@ from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
+from airflow_provider_slurmapi.api.client import AsyncSlurmJobApiClient
+from airflow_provider_slurmapi.api.connection import ConnectionSettings
 from airflow_provider_slurmapi.api.errors import SlurmJobApiError
+from airflow_provider_slurmapi.api.jobs import SlurmJob
 from airflow_provider_slurmapi.api.watch import DEFAULT_ERROR_BUDGET, Deadline, JobWatch, outcome_text
+from airflow_provider_slurmapi.triggers.poller import SharedJobPoller
 
 # Event statuses a trigger emits, once.
 SUCCESS, FAILED, TIMEOUT, ERROR, REACHED = "success", "failed", "timeout", "error", "reached"
@@ -25,6 +29,8 @@ class SlurmJobTrigger(BaseTrigger):
         absolute, it survives a triggerer restart. None waits as long as the job runs.
     :param target_states: also stop when the job's base state is one of these (e.g. ``["RUNNING"]``).
     :param error_budget: consecutive failed polls tolerated before an ``error`` event.
+    :param coalesce: share one poller (one batched call per tick) with every other trigger of this
+        connection and interval in the triggerer (default True); False polls this job on its own.
 
     The event's payload: ``status`` (success, failed, reached, timeout, error), ``job_id``, ``message``
     and ``job`` (the job summary, when one was read). ``run()`` only reads: it has no side effects, so a
@@ -39,6 +45,7 @@ class SlurmJobTrigger(BaseTrigger):
         deadline: float | None = None,
         target_states: Sequence[str] | None = None,
         error_budget: int = DEFAULT_ERROR_BUDGET,
+        coalesce: bool = True,
     ) -> None:
         super().__init__()
         self.job_id = job_id
@@ -47,6 +54,7 @@ class SlurmJobTrigger(BaseTrigger):
         self.deadline = deadline
         self.target_states = list(target_states) if target_states else None
         self.error_budget = int(error_budget)
+        self.coalesce = bool(coalesce)
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
@@ -58,6 +66,7 @@ class SlurmJobTrigger(BaseTrigger):
                 "deadline": self.deadline,
                 "target_states": self.target_states,
                 "error_budget": self.error_budget,
+                "coalesce": self.coalesce,
             },
         )
 
@@ -74,15 +83,36 @@ class SlurmJobTrigger(BaseTrigger):
     async def run(self) -> AsyncIterator[TriggerEvent]:
         from airflow_provider_slurmapi.hooks.slurmapi import SlurmJobApiHook
 
-        deadline = Deadline(self.deadline)
-        watch = JobWatch(self.job_id, error_budget=self.error_budget)
-        targets = set(self.target_states or ())
-        last = None
         try:
-            client = await SlurmJobApiHook(slurmapi_conn_id=self.slurmapi_conn_id).get_async_conn()
+            settings = await SlurmJobApiHook(slurmapi_conn_id=self.slurmapi_conn_id).aget_settings()
         except SlurmJobApiError as err:
             yield self._event(ERROR, str(err))
             return
+        waiting = self._run_shared(settings) if self.coalesce else self._run_alone(settings)
+        try:
+            async for event in waiting:
+                yield event
+                return
+        finally:
+            await waiting.aclose()  # leave the shared poller now, not when garbage collected
+
+    def _done(self, job: SlurmJob) -> TriggerEvent | None:
+        if job.state.is_terminal:
+            return self._event(SUCCESS if job.state.is_success else FAILED, outcome_text(job), job)
+        if job.state.base in set(self.target_states or ()):
+            return self._event(REACHED, f"Slurm job {job.display_id} is {job.describe_state()}", job)
+        return None
+
+    def _timeout(self, last: SlurmJob | None) -> TriggerEvent:
+        state = last.describe_state() if last else "unknown"
+        return self._event(TIMEOUT, f"Slurm job {self.job_id} still {state} at the deadline", last)
+
+    async def _run_alone(self, settings: ConnectionSettings) -> AsyncIterator[TriggerEvent]:
+        """One client and one GET per poll for this job alone (``coalesce=False``)."""
+        deadline = Deadline(self.deadline)
+        watch = JobWatch(self.job_id, error_budget=self.error_budget)
+        last = None
+        client = AsyncSlurmJobApiClient(settings.cluster, **settings.client_kwargs())
         try:
             while True:
                 try:
@@ -96,18 +126,57 @@ class SlurmJobTrigger(BaseTrigger):
                 else:
                     for line in watch.observe(last):
                         self.log.info(line)
-                    if last.state.is_terminal:
-                        status = SUCCESS if last.state.is_success else FAILED
-                        yield self._event(status, outcome_text(last), last)
-                        return
-                    if last.state.base in targets:
-                        yield self._event(REACHED, f"Slurm job {last.display_id} is {last.describe_state()}", last)
+                    event = self._done(last)
+                    if event is not None:
+                        yield event
                         return
                 remaining = deadline.remaining()
                 if remaining is not None and remaining <= 0:
-                    state = last.describe_state() if last else "unknown"
-                    yield self._event(TIMEOUT, f"Slurm job {self.job_id} still {state} at the deadline", last)
+                    yield self._timeout(last)
                     return
                 await asyncio.sleep(self.poll_interval if remaining is None else min(self.poll_interval, remaining))
         finally:
             await client.aclose()
+
+    async def _run_shared(self, settings: ConnectionSettings) -> AsyncIterator[TriggerEvent]:
+        """Wait on this event loop's shared poller for the cluster: one batched call per tick for all."""
+        deadline = Deadline(self.deadline)
+        watch = JobWatch(self.job_id, error_budget=self.error_budget)
+        targets = set(self.target_states or ())
+        conn_key = f"{self.slurmapi_conn_id}|{settings.cluster.name}|{settings.auth.cache_key()}"
+        poller = SharedJobPoller.get(
+            conn_key, self.poll_interval, lambda: AsyncSlurmJobApiClient(settings.cluster, **settings.client_kwargs())
+        )
+        queue = poller.subscribe(self.job_id)
+        try:
+            while True:
+                remaining = deadline.remaining()
+                try:
+                    seen = (
+                        await asyncio.wait_for(queue.get(), remaining) if remaining is not None else await queue.get()
+                    )
+                except asyncio.TimeoutError:
+                    yield self._timeout(None)
+                    return
+                error = seen.error
+                if seen.state is not None:
+                    for line in watch.observe_state(self.job_id, seen.state):
+                        self.log.info(line)
+                    if seen.state.is_terminal or seen.state.base in targets:
+                        try:
+                            job = await poller.fetch(self.job_id)
+                        except SlurmJobApiError as err:
+                            error = err
+                        else:
+                            event = self._done(job)
+                            if event is not None:
+                                yield event
+                                return
+                if error is not None:
+                    try:
+                        self.log.warning(watch.failed_poll(error))
+                    except SlurmJobApiError as final:
+                        yield self._event(ERROR, str(final))
+                        return
+        finally:
+            await poller.unsubscribe(self.job_id, queue)

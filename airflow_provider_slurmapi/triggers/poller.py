@@ -1,0 +1,184 @@
+"""One poller per cluster per triggerer: thousands of waiting triggers, one batched call per tick.
+
+Every :class:`~airflow_provider_slurmapi.triggers.slurmapi.SlurmJobTrigger` on the same connection and
+poll interval in one event loop subscribes here. Each tick asks the active queue for all their jobs at
+once (``GET /slurm/{v}/jobs/state/?job_id=a,b,...``, chunked to keep URLs short), and only the jobs
+missing from it are asked of accounting, also batched (``/slurmdb/{v}/jobs/?step=a,b``). Each trigger is
+woken with its own job's state. If the cluster refuses the batched paths, the poller falls back to one
+call per job. The poller lives only in memory: it starts with its first subscriber and stops with the
+last, so nothing needs sharing between triggerer processes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from airflow_provider_slurmapi.api import versions
+from airflow_provider_slurmapi.api.client import AsyncSlurmJobApiClient
+from airflow_provider_slurmapi.api.envelope import Call
+from airflow_provider_slurmapi.api.errors import GoogleApiError, SlurmApiError, SlurmJobApiError
+from airflow_provider_slurmapi.api.jobs import JobState, SlurmJob
+from airflow_provider_slurmapi.api.operations import Operation, _records
+
+log = logging.getLogger(__name__)
+CHUNK = 500
+
+
+@dataclass
+class Observation:
+    """What one tick learnt about one job: its state, or the error that kept the poller from knowing."""
+
+    state: JobState | None = None
+    error: SlurmJobApiError | None = None
+    # True when the job was found only in accounting (it has left the active queue).
+    accounted: bool = False
+
+
+def states_in_queue(version: str, job_ids: list[str]) -> Operation[dict[str, JobState]]:
+    """States of the jobs still in the active queue, in chunks of :data:`CHUNK` ids."""
+    states: dict[str, JobState] = {}
+    for start in range(0, len(job_ids), CHUNK):
+        chunk = job_ids[start : start + CHUNK]
+        reply = yield Call("GET", versions.jobs_state_path(version, chunk))
+        reply.raise_for_errors("read job states")
+        for entry in _records(reply):
+            job_id = entry.get("job_id")
+            if isinstance(job_id, dict):
+                job_id = job_id.get("number")
+            if job_id is not None:
+                states[str(job_id)] = JobState.parse(entry.get("state", entry.get("job_state")))
+    return states
+
+
+def states_in_accounting(version: str, job_ids: list[str]) -> Operation[dict[str, JobState]]:
+    """Accounting's states of jobs that have left the queue, batched with slurmdb's ``step`` filter."""
+    states: dict[str, JobState] = {}
+    for start in range(0, len(job_ids), CHUNK):
+        chunk = job_ids[start : start + CHUNK]
+        reply = yield Call("GET", versions.slurmdb_jobs_path(version, step=",".join(chunk)))
+        reply.raise_for_errors("read finished jobs from accounting (slurmdbd)")
+        for record in _records(reply):
+            job = SlurmJob.from_slurmdb(record, version)
+            if job.array_task_id is None:
+                states[str(job.job_id)] = job.state
+    return states
+
+
+class SharedJobPoller:
+    """Polls every subscribed job of one cluster with batched calls, once per ``interval`` seconds."""
+
+    _registry: dict[tuple[int, str, float], SharedJobPoller] = {}
+
+    def __init__(self, key: tuple[int, str, float], client: AsyncSlurmJobApiClient, interval: float) -> None:
+        self.key = key
+        self.client = client
+        self.interval = interval
+        self.subscribers: dict[str, set[asyncio.Queue[Observation]]] = {}
+        self.batched = True
+        self._task: asyncio.Task[None] | None = None
+
+    @classmethod
+    def get(cls, conn_key: str, interval: float, make_client: Callable[[], AsyncSlurmJobApiClient]) -> SharedJobPoller:
+        """The poller of this event loop for ``conn_key`` and ``interval``, created on first use."""
+        key = (id(asyncio.get_running_loop()), conn_key, float(interval))
+        poller = cls._registry.get(key)
+        if poller is None:
+            poller = cls._registry[key] = cls(key, make_client(), float(interval))
+        return poller
+
+    @classmethod
+    def active(cls) -> list[SharedJobPoller]:
+        return list(cls._registry.values())
+
+    def subscribe(self, job_id: object) -> asyncio.Queue[Observation]:
+        queue: asyncio.Queue[Observation] = asyncio.Queue()
+        self.subscribers.setdefault(str(job_id), set()).add(queue)
+        if self._task is None or self._task.done():
+            self._task = asyncio.get_running_loop().create_task(self._run(), name=f"slurm-poller-{self.key[1]}")
+        return queue
+
+    async def unsubscribe(self, job_id: object, queue: asyncio.Queue[Observation]) -> None:
+        """Leave; the last subscriber to leave stops the poller and closes its client."""
+        queues = self.subscribers.get(str(job_id))
+        if queues is not None:
+            queues.discard(queue)
+            if not queues:
+                del self.subscribers[str(job_id)]
+        if not self.subscribers:
+            self._registry.pop(self.key, None)
+            task, self._task = self._task, None
+            if task is not None and task is not asyncio.current_task():
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
+            await self.client.aclose()
+
+    async def fetch(self, job_id: object) -> SlurmJob:
+        """The full record of one job (for the final event), through the shared client."""
+        return await self.client.get_job(job_id, recently_submitted=True)
+
+    async def _run(self) -> None:
+        while self.subscribers:
+            await self.tick()
+            await asyncio.sleep(self.interval)
+
+    async def tick(self) -> dict[str, Observation]:
+        """One poll of every subscribed job; each subscriber gets its job's observation."""
+        ids = list(self.subscribers)
+        try:
+            seen = await self._observe(ids)
+        except SlurmJobApiError as err:
+            seen = {job_id: Observation(error=err) for job_id in ids}
+        for job_id, observation in seen.items():
+            for queue in self.subscribers.get(job_id, ()):
+                queue.put_nowait(observation)
+        return seen
+
+    async def _observe(self, ids: list[str]) -> dict[str, Observation]:
+        version = await self.client.api_version()
+        if self.batched:
+            try:
+                return await self._observe_batched(version, ids)
+            except (GoogleApiError, SlurmApiError) as err:
+                if not _batch_unsupported(err):
+                    raise
+                log.warning("Batched job-state calls refused (%s); polling one job per call from now on", err)
+                self.batched = False
+        return await self._observe_each(ids)
+
+    async def _observe_batched(self, version: str, ids: list[str]) -> dict[str, Observation]:
+        states = await self.client.run(states_in_queue(version, ids))
+        seen = {job_id: Observation(state=states[job_id]) for job_id in ids if job_id in states}
+        missing = [job_id for job_id in ids if job_id not in states]
+        if missing:
+            try:
+                accounted = await self.client.run(states_in_accounting(version, missing))
+            except SlurmJobApiError as err:
+                for job_id in missing:
+                    seen[job_id] = Observation(error=err)
+            else:
+                for job_id in missing:
+                    # Not in accounting yet either: just submitted, still pending its first record.
+                    state = accounted.get(job_id, JobState("PENDING"))
+                    seen[job_id] = Observation(state=state, accounted=job_id in accounted)
+        return seen
+
+    async def _observe_each(self, ids: list[str]) -> dict[str, Observation]:
+        seen: dict[str, Observation] = {}
+        for job_id in ids:
+            try:
+                job = await self.client.get_job(job_id, recently_submitted=True)
+            except SlurmJobApiError as err:
+                seen[job_id] = Observation(error=err)
+            else:
+                seen[job_id] = Observation(state=job.state, accounted=job.source == "slurmdb")
+        return seen
+
+
+def _batch_unsupported(err: Any) -> bool:
+    if isinstance(err, GoogleApiError):
+        return err.code in (400, 404) and not err.retryable
+    return isinstance(err, SlurmApiError) and err.http_status in (400, 404, 405, 422)
