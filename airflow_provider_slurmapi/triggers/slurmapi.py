@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
@@ -107,7 +107,7 @@ class SlurmJobTrigger(BaseTrigger):
         state = last.describe_state() if last else "unknown"
         return self._event(TIMEOUT, f"Slurm job {self.job_id} still {state} at the deadline", last)
 
-    async def _run_alone(self, settings: ConnectionSettings) -> AsyncIterator[TriggerEvent]:
+    async def _run_alone(self, settings: ConnectionSettings) -> AsyncGenerator[TriggerEvent, None]:
         """One client and one GET per poll for this job alone (``coalesce=False``)."""
         deadline = Deadline(self.deadline)
         watch = JobWatch(self.job_id, error_budget=self.error_budget)
@@ -138,7 +138,7 @@ class SlurmJobTrigger(BaseTrigger):
         finally:
             await client.aclose()
 
-    async def _run_shared(self, settings: ConnectionSettings) -> AsyncIterator[TriggerEvent]:
+    async def _run_shared(self, settings: ConnectionSettings) -> AsyncGenerator[TriggerEvent, None]:
         """Wait on this event loop's shared poller for the cluster: one batched call per tick for all."""
         deadline = Deadline(self.deadline)
         watch = JobWatch(self.job_id, error_budget=self.error_budget)
