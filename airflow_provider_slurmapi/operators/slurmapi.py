@@ -35,6 +35,7 @@ from airflow_provider_slurmapi.api.reattach import tagged_comment, task_instance
 from airflow_provider_slurmapi.api.watch import failure_error, outcome_text
 from airflow_provider_slurmapi.hooks.slurmapi import SlurmJobApiHook
 from airflow_provider_slurmapi.links.slurmapi import SlurmJobLink, render_link
+from airflow_provider_slurmapi.version_compat import AIRFLOW_V_3_0_PLUS
 
 XCOM_JOB_ID = "slurm_job_id"
 XCOM_JOB = "slurm_job"
@@ -227,7 +228,7 @@ class SlurmSubmitJobOperator(BaseOperator):
             self.log.info(outcome_text(outcome.job))
             return self._finish(context, outcome.job)
         if self.deferrable:
-            self._defer(self.job_id)
+            self._defer(context, self.job_id)
         return self._wait(context, hook, self.job_id)
 
     def _persist_link(self, context: Any, hook: SlurmJobApiHook, job_id: int) -> None:
@@ -235,18 +236,30 @@ class SlurmSubmitJobOperator(BaseOperator):
         url = render_link(settings.job_link_template, job_id=job_id, **settings.link_fields())
         SlurmJobLink.persist(context, url=url, job_id=job_id)
 
-    def _defer(self, job_id: int) -> None:
+    def _deadline(self, context: Any) -> float | None:
+        """When the trigger gives up: the end of ``execution_timeout``, counted from the task's start.
+
+        Airflow 2.11 also times the deferral out at that moment, and that would leave the job running,
+        so there the trigger fires a little earlier and the task cancels the job itself.
+        """
+        if self.execution_timeout is None:
+            return None
+        seconds = self.execution_timeout.total_seconds()
+        start = getattr(context["ti"], "start_date", None)
+        begin = start.timestamp() if start is not None else time.time()
+        margin = 0.0 if AIRFLOW_V_3_0_PLUS else min(60.0, 0.1 * seconds)
+        return begin + seconds - margin
+
+    def _defer(self, context: Any, job_id: int) -> None:
         from airflow_provider_slurmapi.triggers.slurmapi import SlurmJobTrigger
 
-        deadline = None
-        if self.execution_timeout is not None:
-            deadline = time.time() + self.execution_timeout.total_seconds()
         self.defer(
             trigger=SlurmJobTrigger(
                 job_id=job_id,
                 slurmapi_conn_id=self.slurmapi_conn_id,
                 poll_interval=self.poll_interval,
-                deadline=deadline,
+                deadline=self._deadline(context),
+                cancel_on_kill=self.cancel_on_kill,
             ),
             method_name="execute_complete",
         )

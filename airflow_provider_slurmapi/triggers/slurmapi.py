@@ -14,6 +14,7 @@ from airflow_provider_slurmapi.api.errors import SlurmJobApiError
 from airflow_provider_slurmapi.api.jobs import SlurmJob
 from airflow_provider_slurmapi.api.watch import DEFAULT_ERROR_BUDGET, Deadline, JobWatch, outcome_text
 from airflow_provider_slurmapi.triggers.poller import SharedJobPoller
+from airflow_provider_slurmapi.version_compat import AIRFLOW_V_3_0_PLUS, AIRFLOW_V_3_3_PLUS
 
 # Event statuses a trigger emits, once.
 SUCCESS, FAILED, TIMEOUT, ERROR, REACHED = "success", "failed", "timeout", "error", "reached"
@@ -29,6 +30,9 @@ class SlurmJobTrigger(BaseTrigger):
         absolute, it survives a triggerer restart. None waits as long as the job runs.
     :param target_states: also stop when the job's base state is one of these (e.g. ``["RUNNING"]``).
     :param error_budget: consecutive failed polls tolerated before an ``error`` event.
+    :param cancel_on_kill: cancel the job when a user marks the deferred task failed or success, or
+        clears it (default False: a sensor only watches). A triggerer restart, shutdown or the trigger
+        moving to another triggerer never cancels.
     :param coalesce: share one poller (one batched call per tick) with every other trigger of this
         connection and interval in the triggerer (default True); False polls this job on its own.
 
@@ -46,6 +50,7 @@ class SlurmJobTrigger(BaseTrigger):
         target_states: Sequence[str] | None = None,
         error_budget: int = DEFAULT_ERROR_BUDGET,
         coalesce: bool = True,
+        cancel_on_kill: bool = False,
     ) -> None:
         super().__init__()
         self.job_id = job_id
@@ -55,6 +60,7 @@ class SlurmJobTrigger(BaseTrigger):
         self.target_states = list(target_states) if target_states else None
         self.error_budget = int(error_budget)
         self.coalesce = bool(coalesce)
+        self.cancel_on_kill = bool(cancel_on_kill)
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
@@ -67,6 +73,7 @@ class SlurmJobTrigger(BaseTrigger):
                 "target_states": self.target_states,
                 "error_budget": self.error_budget,
                 "coalesce": self.coalesce,
+                "cancel_on_kill": self.cancel_on_kill,
             },
         )
 
@@ -93,8 +100,44 @@ class SlurmJobTrigger(BaseTrigger):
             async for event in waiting:
                 yield event
                 return
+        except asyncio.CancelledError:
+            # Before Airflow 3.3 there is no on_kill for triggers: cancel only when the task instance
+            # is no longer deferred, i.e. a user acted on it; a triggerer restart leaves it deferred.
+            if self.cancel_on_kill and not AIRFLOW_V_3_3_PLUS and await self._stopped_by_user():
+                await self._cancel_job("the deferred task was stopped by a user")
+            raise
         finally:
             await waiting.aclose()  # leave the shared poller now, not when garbage collected
+
+    async def on_kill(self) -> None:
+        """Airflow 3.3+: a user marked the deferred task failed/success or cleared it."""
+        if self.cancel_on_kill:
+            await self._cancel_job("the deferred task was stopped by a user")
+
+    async def _cancel_job(self, why: str) -> None:
+        from airflow_provider_slurmapi.hooks.slurmapi import SlurmJobApiHook
+
+        self.log.info("Cancelling Slurm job %s because %s", self.job_id, why)
+        try:
+            settings = await SlurmJobApiHook(slurmapi_conn_id=self.slurmapi_conn_id).aget_settings()
+            async with AsyncSlurmJobApiClient(settings.cluster, **settings.client_kwargs()) as client:
+                await client.cancel_job(self.job_id)
+        except Exception as err:
+            self.log.error("Could not cancel Slurm job %s: %s", self.job_id, err)
+
+    async def _stopped_by_user(self) -> bool:
+        """True when the task instance has left the deferred state (so this is no triggerer restart)."""
+        from asgiref.sync import sync_to_async
+
+        ti = getattr(self, "task_instance", None)
+        if ti is None:
+            return False
+        try:
+            state = await sync_to_async(task_instance_state)(ti.dag_id, ti.task_id, ti.run_id, ti.map_index)
+        except Exception as err:
+            self.log.warning("Could not read the task's state (%s); the Slurm job is left running", err)
+            return False
+        return state != "deferred"
 
     def _done(self, job: SlurmJob) -> TriggerEvent | None:
         if job.state.is_terminal:
@@ -180,3 +223,25 @@ class SlurmJobTrigger(BaseTrigger):
                         return
         finally:
             await poller.unsubscribe(self.job_id, queue)
+
+
+def task_instance_state(dag_id: str, task_id: str, run_id: str, map_index: int) -> str | None:
+    """The task instance's current state, asked the way this Airflow version allows from a triggerer."""
+    if AIRFLOW_V_3_0_PLUS:
+        from airflow.sdk.execution_time.task_runner import RuntimeTaskInstance
+
+        states = RuntimeTaskInstance.get_task_states(
+            dag_id=dag_id, task_ids=[task_id], run_ids=[run_id], map_index=map_index
+        )
+        state = states.get(run_id, {}).get(task_id)
+        return None if state is None else str(getattr(state, "value", state))
+    from airflow.models.taskinstance import TaskInstance
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        state = (
+            session.query(TaskInstance.state)
+            .filter_by(dag_id=dag_id, task_id=task_id, run_id=run_id, map_index=map_index)
+            .scalar()
+        )
+    return None if state is None else str(getattr(state, "value", state))
