@@ -148,6 +148,7 @@ def test_no_token_in_logs_or_reprs(hook, caplog):
         job_id = hook.submit_job(OK, {"current_working_directory": CWD})
         hook.wait_for_job(job_id, poll_interval=0.2, timeout=60)
     client = hook.get_conn()
+    assert client.tokens is not None
     token = client.tokens.token()
     assert len(token) > 10
     for text in (caplog.text, repr(hook), repr(client), repr(client.tokens), repr(client.auth)):

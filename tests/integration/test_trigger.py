@@ -1,0 +1,116 @@
+"""SlurmJobTrigger and its shared poller, run on a real event loop against the emulator."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from airflow_provider_slurmapi.api.jobs import JobSpec
+from airflow_provider_slurmapi.hooks.slurmapi import SlurmJobApiHook
+from airflow_provider_slurmapi.triggers.poller import SharedJobPoller
+from airflow_provider_slurmapi.triggers.slurmapi import SlurmJobTrigger
+
+CWD = "/home/tester"
+
+
+def submit(hook: SlurmJobApiHook, script: str, **job) -> int:
+    return hook.submit(JobSpec.build(script, {"current_working_directory": CWD, **job})).job_id
+
+
+async def first_event(trigger: SlurmJobTrigger) -> dict:
+    async for event in trigger.run():
+        return event.payload
+    raise AssertionError("trigger ended without an event")
+
+
+@pytest.fixture
+def hook(slurmapi_emulator):
+    return SlurmJobApiHook()
+
+
+def test_serialize_round_trip():
+    trigger = SlurmJobTrigger(job_id=7, poll_interval=3, deadline=123.0, target_states=["RUNNING"], cancel_on_kill=True)
+    path, kwargs = trigger.serialize()
+    assert path == "airflow_provider_slurmapi.triggers.slurmapi.SlurmJobTrigger"
+    again = SlurmJobTrigger(**kwargs)
+    assert again.serialize() == (path, kwargs)
+    assert not any("token" in k or "key" in k for k in kwargs)
+
+
+@pytest.mark.parametrize("coalesce", [True, False])
+def test_success_and_failure_events(hook, coalesce):
+    ok = submit(hook, "#!/bin/bash\necho ok\n")
+    bad = submit(hook, "#!/bin/bash\nexit 4\n")
+
+    async def both():
+        return await asyncio.gather(
+            first_event(SlurmJobTrigger(ok, poll_interval=0.2, coalesce=coalesce)),
+            first_event(SlurmJobTrigger(bad, poll_interval=0.2, coalesce=coalesce)),
+        )
+
+    good, failed = asyncio.run(both())
+    assert good["status"] == "success" and good["job"]["exit_code"] == 0
+    assert failed["status"] == "failed" and failed["job"]["exit_code"] == 4
+    assert "exit code 4" in failed["message"]
+    assert SharedJobPoller.active() == []
+
+
+def test_shared_poller_makes_one_batched_call_per_tick(hook, slurmapi_emulator):
+    ids = [submit(hook, f"#!/bin/bash\nsleep {0.2 * (n % 5)}\n") for n in range(25)]
+    start = len(slurmapi_emulator.calls)
+
+    async def all_of_them():
+        return await asyncio.gather(*(first_event(SlurmJobTrigger(i, poll_interval=0.3)) for i in ids))
+
+    events = asyncio.run(all_of_them())
+    assert {e["status"] for e in events} == {"success"}
+    calls = slurmapi_emulator.calls[start:]
+    batched = [c for c in calls if "/jobs/state/" in c[1]]
+    per_job = [c for c in calls if "/job/" in c[1] and "/jobs/" not in c[1]]
+    assert batched, "the poller did not use the batched path"
+    # One final full read per job, and no per-job polling.
+    assert len(per_job) <= 2 * len(ids)
+    assert len(calls) < len(ids) * 3
+    assert SharedJobPoller.active() == []
+
+
+def test_a_cancelled_trigger_leaves_the_poller_cleanly(hook):
+    long = submit(hook, "#!/bin/bash\nsleep 30\n")
+    short = submit(hook, "#!/bin/bash\nsleep 0.5\n")
+
+    async def scenario():
+        waiting = asyncio.ensure_future(first_event(SlurmJobTrigger(long, poll_interval=0.2)))
+        await asyncio.sleep(0.5)
+        assert len(SharedJobPoller.active()) == 1
+        done = await first_event(SlurmJobTrigger(short, poll_interval=0.2))
+        waiting.cancel()
+        await asyncio.gather(waiting, return_exceptions=True)
+        return done
+
+    assert asyncio.run(scenario())["status"] == "success"
+    assert SharedJobPoller.active() == []
+    assert hook.get_job(long).state.base == "RUNNING"  # a trigger going away never cancels
+
+
+def test_deadline_gives_a_timeout_event(hook):
+    job_id = submit(hook, "#!/bin/bash\nsleep 30\n")
+    event = asyncio.run(first_event(SlurmJobTrigger(job_id, poll_interval=0.2, deadline=time.time() + 1)))
+    assert event["status"] == "timeout"
+    assert hook.get_job(job_id).state.base == "RUNNING"
+
+
+def test_target_state_reached(hook):
+    job_id = submit(hook, "#!/bin/bash\nsleep 30\n")
+    event = asyncio.run(first_event(SlurmJobTrigger(job_id, poll_interval=0.2, target_states=["RUNNING"])))
+    assert event["status"] == "reached" and event["job"]["state"] == "RUNNING"
+
+
+def test_on_kill_cancels_only_when_asked(hook, slurmapi_emulator):
+    watched = submit(hook, "#!/bin/bash\nsleep 30\n")
+    owned = submit(hook, "#!/bin/bash\nsleep 30\n")
+    asyncio.run(SlurmJobTrigger(watched).on_kill())
+    asyncio.run(SlurmJobTrigger(owned, cancel_on_kill=True).on_kill())
+    slurmapi_emulator.wait_for_state(owned, ["CANCELLED"], timeout=30)
+    assert hook.get_job(watched).state.base == "RUNNING"
