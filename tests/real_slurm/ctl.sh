@@ -1,0 +1,84 @@
+#!/bin/bash
+# Small controls for the running test cluster (start_slurm.sh), for tests that
+# need to break or inspect it:
+#
+#   ctl.sh slurmdbd-stop          stop slurmdbd (by PID) and wait until it is gone
+#   ctl.sh slurmdbd-start         start it again and wait until it answers
+#   ctl.sh token [USER] [SECONDS] print a fresh JWT (default: the job user, 4 h)
+#   ctl.sh host-path CLUSTER_PATH print where a path inside the cluster is on this host
+#   ctl.sh status                 which daemons are up
+#
+# Finds the cluster through SLURM_ROOT, else through the env file
+# (SLURM_ENV_FILE, default <repo>/.real-slurm/slurm.env).
+set -euo pipefail
+
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+REPO=$(cd "$HERE/../.." && pwd)
+ENV_FILE=${SLURM_ENV_FILE:-${SLURM_STATE_DIR:-$REPO/.real-slurm}/slurm.env}
+if [ -z "${SLURM_ROOT:-}" ] || [ -z "${SLURM_USER:-}" ]; then
+    [ -r "$ENV_FILE" ] || { echo "ctl.sh: no SLURM_ROOT and no env file $ENV_FILE (is the cluster up?)" >&2; exit 1; }
+    # shellcheck disable=SC1090
+    . "$ENV_FILE"
+fi
+ROOT=$SLURM_ROOT
+# A SLURM_JWT in the environment switches every Slurm program started from here,
+# daemons included, to JWT-only auth (slurmdbd then rejects slurmctld's munge).
+unset SLURM_JWT
+ROOT_REAL=$(readlink -f "$ROOT")
+DBD_PID=/run/slurm/slurmdbd.pid
+
+die() { echo "ctl.sh: $*" >&2; exit 1; }
+readpid() { [ -s "$ROOT$1" ] && tr -dc '0-9' < "$ROOT$1" || true; }
+in_chroot_pid() {
+    local pid=$1
+    [ -n "$pid" ] && [ -d "/proc/$pid" ] || return 1
+    [ "$(readlink "/proc/$pid/root" 2>/dev/null)" = "$ROOT_REAL" ]
+}
+need_root() { [ "$(id -u)" = 0 ] || die "$1 needs root"; }
+
+case "${1:-}" in
+slurmdbd-stop)
+    need_root "slurmdbd-stop"
+    pid=$(readpid $DBD_PID)
+    in_chroot_pid "$pid" || { echo "slurmdbd not running"; exit 0; }
+    kill -TERM "$pid"
+    for _ in $(seq 1 120); do
+        in_chroot_pid "$pid" || { echo "slurmdbd (pid $pid) stopped"; exit 0; }
+        sleep 0.25
+    done
+    die "slurmdbd pid $pid still alive after 30 s"
+    ;;
+slurmdbd-start)
+    need_root "slurmdbd-start"
+    if ! in_chroot_pid "$(readpid $DBD_PID)"; then
+        # stdio to a log: slurmdbd keeps the fds it was started with
+        logs=${SLURM_STATE_DIR:-$REPO/.real-slurm}/logs
+        mkdir -p "$logs"
+        chroot "$ROOT" slurmdbd </dev/null >>"$logs/slurmdbd.out" 2>&1
+    fi
+    for _ in $(seq 1 240); do
+        if chroot "$ROOT" sacctmgr -n show cluster >/dev/null 2>&1; then echo "slurmdbd up"; exit 0; fi
+        sleep 0.25
+    done
+    die "slurmdbd not answering 60 s after start (see $ROOT/var/log/slurm/slurmdbd.log)"
+    ;;
+token)
+    need_root "token"
+    chroot "$ROOT" scontrol token username="${2:-$SLURM_USER}" lifespan="${3:-14400}" | sed -n 's/^SLURM_JWT=//p'
+    ;;
+host-path)
+    [ -n "${2:-}" ] || die "usage: ctl.sh host-path /path/inside/cluster"
+    case "$2" in /*) echo "$ROOT_REAL$2" ;; *) die "cluster path must be absolute: $2" ;; esac
+    ;;
+status)
+    for d in munged:/run/munge/munged.pid mariadbd:/run/slurm-ci/mariadbd.pid slurmdbd:$DBD_PID \
+             slurmctld:/run/slurm/slurmctld.pid slurmd:/run/slurm/slurmd.pid slurmrestd:/run/slurm-ci/slurmrestd.pid; do
+        pid=$(readpid "${d#*:}")
+        if in_chroot_pid "$pid"; then echo "${d%%:*} up (pid $pid)"; else echo "${d%%:*} down"; fi
+    done
+    ;;
+*)
+    sed -n '2,12s/^# \{0,1\}//p' "$0" >&2
+    exit 2
+    ;;
+esac

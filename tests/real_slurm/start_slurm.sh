@@ -1,0 +1,451 @@
+#!/bin/bash
+# Bring up a REAL single-node Slurm 24.11 on loopback for tests/real_slurm:
+#   munged, mariadbd (socket only), slurmdbd, slurmctld, slurmd and
+#   slurmrestd (JWT auth, data parsers v0.0.40..v0.0.42) on 127.0.0.1:$SLURM_REST_PORT.
+#
+# Slurm runs inside a debootstrapped Debian trixie chroot (slurm-wlm 24.11), so
+# the host's own packages and libc stay untouched; only `debootstrap` is
+# apt-installed on the host when missing.  The chroot is cached: a second run
+# reuses it (no network needed) and leaves daemons that are already up alone.
+#
+# Exit codes:  0 up;  77 this machine cannot run it (not root, cannot mount or
+# chroot, Debian archive unreachable);  anything else: it should have worked
+# and did not (daemon logs are printed).
+#
+# Env knobs (defaults in brackets):
+#   SLURM_STATE_DIR [<repo>/.real-slurm]   env file, logs, lock
+#   SLURM_ROOT      [$SLURM_STATE_DIR/root] the chroot (cached between runs)
+#   SLURM_REST_PORT [6820]                 slurmrestd listens on 127.0.0.1:PORT
+#   SLURM_MIN_JOB_AGE [10]                 seconds a finished job stays in slurmctld's queue
+#   SLURM_CPUS      [8]                    CPUs the node claims (may exceed the machine)
+#   SLURM_JOB_USER  [ciuser]               unprivileged user jobs run as, tokens are for
+#   SLURM_TOKEN_LIFESPAN [14400]           seconds
+#   SLURM_REST_DATA_PARSERS [v0.0.40,v0.0.41,v0.0.42]
+#   DEBIAN_MIRROR [http://deb.debian.org/debian]   DEBIAN_SUITE [trixie]
+#
+# Writes $SLURM_STATE_DIR/slurm.env (SLURM_REST_URL, SLURM_JWT, SLURM_USER,
+# SLURM_ROOT, SLURM_PARTITION, SLURM_CTL, ...), $SLURM_STATE_DIR/timings.txt,
+# logs under $SLURM_STATE_DIR/logs and daemon logs in $SLURM_ROOT/var/log/slurm/.
+set -Eeuo pipefail
+
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+REPO=$(cd "$HERE/../.." && pwd)
+STATE=${SLURM_STATE_DIR:-$REPO/.real-slurm}
+ROOT=${SLURM_ROOT:-$STATE/root}
+REST_PORT=${SLURM_REST_PORT:-6820}
+REST_ADDR=127.0.0.1:$REST_PORT
+MIN_JOB_AGE=${SLURM_MIN_JOB_AGE:-10}
+NODE_CPUS=${SLURM_CPUS:-8}
+JOB_USER=${SLURM_JOB_USER:-ciuser}
+JOB_UID=${SLURM_JOB_UID:-2000}
+TOKEN_LIFESPAN=${SLURM_TOKEN_LIFESPAN:-14400}
+DATA_PARSERS=${SLURM_REST_DATA_PARSERS:-v0.0.40,v0.0.41,v0.0.42}
+MIRROR=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
+SUITE=${DEBIAN_SUITE:-trixie}
+CLUSTER=ci
+ACCOUNT=ci
+PARTITION=debug
+DB_PASS=slurmdbpass   # socket-only MariaDB inside the chroot; not a secret
+PING_API=v0.0.42      # any served version would do for readiness checks
+
+EXIT_CANNOT_RUN=77
+# A SLURM_JWT in the environment switches every Slurm program started from here,
+# daemons included, to JWT-only auth (slurmdbd then rejects slurmctld's munge).
+unset SLURM_JWT
+LOGS=$STATE/logs
+RUNDIR=/run/slurm-ci  # inside the chroot; a tmpfs, so stale PID files cannot outlive a stop
+TIMINGS=$STATE/timings.txt
+
+log() { echo "[start_slurm $(date +%T)] $*"; }
+dump_logs() {
+    local f
+    for f in "$ROOT"/var/log/slurm/*.log "$LOGS"/*.out; do
+        if [ -s "$f" ]; then echo "---- tail $f" >&2; tail -n 15 "$f" >&2; fi
+    done
+}
+die() { echo "[start_slurm $(date +%T)] FATAL: $*" >&2; dump_logs; exit 1; }
+cannot_run() {
+    echo "[start_slurm $(date +%T)] CANNOT RUN HERE: $*" >&2
+    echo "[start_slurm] (exit $EXIT_CANNOT_RUN: this machine cannot host the test cluster;" \
+         "set SLURMAPI_SKIP_REAL_SLURM=1 to skip tests/real_slurm)" >&2
+    exit $EXIT_CANNOT_RUN
+}
+on_err() {
+    local rc=$? line=$1
+    trap - ERR
+    echo "[start_slurm] FATAL: command failed (rc=$rc) at line $line: $BASH_COMMAND" >&2
+    dump_logs
+    exit 1
+}
+trap 'on_err $LINENO' ERR
+
+# --------------------------------------------------------------------------
+# What the machine must allow.  Checked before anything is built, so a
+# machine that cannot run this gets exit 77 and no half-made state.
+[ "$(id -u)" = 0 ] || cannot_run "must run as root (it debootstraps a chroot and mounts proc/sys/dev into it)"
+case "$ROOT$STATE" in *"'"*) die "SLURM_ROOT/SLURM_STATE_DIR must not contain a single quote";; esac
+mkdir -p "$LOGS"
+probe_dir=$(mktemp -d "$STATE/.mount-probe.XXXXXX")
+if ! mount -t tmpfs -o size=1m tmpfs "$probe_dir" 2>"$LOGS/mount_probe.err"; then
+    rmdir "$probe_dir"
+    cannot_run "cannot mount (needs CAP_SYS_ADMIN; an unprivileged container cannot): $(cat "$LOGS/mount_probe.err")"
+fi
+umount "$probe_dir"; rmdir "$probe_dir"
+
+# One start/stop at a time per state dir (two pytest sessions may race here).
+exec 9>"$STATE/.lock"
+flock -w 300 9 || die "another start/stop_slurm.sh holds $STATE/.lock"
+
+T_START=$(date +%s.%N)
+phase_t0=0
+since()       { awk -v a="$1" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }'; }
+phase_begin() { phase_t0=$(date +%s.%N); }
+phase_end()   { printf '%-26s %6s s\n' "$1" "$(since "$phase_t0")" | tee -a "$TIMINGS"; }
+echo "# start_slurm.sh $(date -Is)" > "$TIMINGS"
+
+in_root() { chroot "$ROOT" "$@"; }
+readpid() { [ -s "$1" ] && tr -dc '0-9' < "$1" || true; }
+# A PID counts only if that process lives in our chroot: guards against stale
+# PID files and reused PIDs (we never signal anything by name).
+in_chroot_pid() {
+    local pid=$1
+    [ -n "$pid" ] && [ -d "/proc/$pid" ] || return 1
+    [ "$(readlink "/proc/$pid/root" 2>/dev/null)" = "$(readlink -f "$ROOT")" ]
+}
+running() { in_chroot_pid "$(readpid "$ROOT$1")"; }
+wait_for() {  # [--pid CHROOT_PIDFILE] desc timeout_s cmd...  (--pid: fail fast if it dies)
+    local pidf="" desc t i
+    if [ "$1" = --pid ]; then pidf=$2; shift 2; fi
+    desc=$1 t=$2; shift 2
+    for ((i = 0; i < t * 4; i++)); do
+        if "$@" >/dev/null 2>&1; then log "$desc: ready after ~$((i / 4))s"; return 0; fi
+        if [ -n "$pidf" ] && [ $i -ge 8 ] && ! running "$pidf"; then
+            die "$desc: process exited during start-up"
+        fi
+        sleep 0.25
+    done
+    die "$desc: not ready after ${t}s"
+}
+# Fetch a small file from the mirror with whatever the host has (debootstrap
+# pulls in wget), so "no network" is told apart from "debootstrap broke".
+mirror_reachable() {
+    local url=$MIRROR/dists/$SUITE/Release
+    if command -v wget >/dev/null; then wget -q -T 20 -t 2 -O /dev/null "$url"
+    elif command -v curl >/dev/null; then curl -sfL -m 20 -o /dev/null "$url"
+    else python3 -c "import sys,urllib.request; urllib.request.urlopen(sys.argv[1], timeout=20).read()" "$url"
+    fi
+}
+
+# --------------------------------------------------------------------------
+phase_begin
+if [ ! -e "$ROOT/.stage_debootstrap_ok" ]; then
+    if ! command -v debootstrap >/dev/null; then
+        log "installing debootstrap on the host (apt-get)"
+        apt-get update -q >"$LOGS/host_apt_update.log" 2>&1 ||
+            cannot_run "host apt-get update failed: no Debian archive? (see $LOGS/host_apt_update.log)"
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends debootstrap \
+            debian-archive-keyring >"$LOGS/host_apt_install.log" 2>&1 ||
+            cannot_run "host apt-get install debootstrap failed (see $LOGS/host_apt_install.log)"
+    fi
+    [ -e "/usr/share/debootstrap/scripts/$SUITE" ] ||
+        cannot_run "this host's debootstrap does not know suite '$SUITE' (Debian 12's does)"
+    mirror_reachable || cannot_run "Debian archive $MIRROR unreachable (no network?)"
+fi
+phase_end "host prerequisites"
+
+# --------------------------------------------------------------------------
+phase_begin
+if [ ! -e "$ROOT/.stage_debootstrap_ok" ]; then
+    if [ -e "$ROOT" ]; then
+        # a partial earlier attempt: wipe it, but never through live mounts
+        if grep -q " $(readlink -f "$ROOT")/" /proc/mounts; then
+            die "$ROOT has mounts but no finished debootstrap; run stop_slurm.sh first"
+        fi
+        rm -rf --one-file-system "$ROOT"
+    fi
+    log "debootstrap $SUITE into $ROOT (the slow part, once)"
+    ok=0
+    for attempt in 1 2 3; do   # mirror hiccups: retry from scratch (nothing is mounted yet)
+        if debootstrap --variant=minbase "$SUITE" "$ROOT" "$MIRROR" >"$LOGS/debootstrap.log" 2>&1; then
+            ok=1; break
+        fi
+        log "debootstrap attempt $attempt failed: $(tail -1 "$LOGS/debootstrap.log")"
+        rm -rf --one-file-system "$ROOT"; sleep $((attempt * 5))
+    done
+    [ $ok = 1 ] || { tail -20 "$LOGS/debootstrap.log" >&2; die "debootstrap failed 3 times (see $LOGS/debootstrap.log)"; }
+    touch "$ROOT/.stage_debootstrap_ok"
+fi
+chroot "$ROOT" /bin/true 2>"$LOGS/chroot_probe.err" ||
+    cannot_run "cannot chroot into $ROOT: $(cat "$LOGS/chroot_probe.err")"
+phase_end "debootstrap"
+
+# --------------------------------------------------------------------------
+phase_begin
+mount_if() {  # target mount-args...
+    local tgt=$ROOT/$1; shift
+    mountpoint -q "$tgt" && return 0
+    mkdir -p "$tgt"
+    mount "$@" "$tgt"
+}
+mount_if proc    -t proc proc
+mount_if sys     -t sysfs -o ro sysfs
+mount_if dev     --bind /dev
+# systemd hosts use shared propagation: keep chroot mounts from leaking back
+mount --make-private "$ROOT/dev"
+mount_if dev/pts --bind /dev/pts
+mount --make-private "$ROOT/dev/pts"
+mount_if dev/shm -t tmpfs -o mode=1777,size=256m tmpfs
+mount_if run     -t tmpfs -o mode=0755,size=64m tmpfs
+phase_end "mounts"
+
+# --------------------------------------------------------------------------
+phase_begin
+PKGS="munge slurmctld slurmd slurmrestd slurm-client slurm-wlm-jwt-plugin slurmdbd mariadb-server curl"
+STAMP="$ROOT/.stage_apt_ok_$(echo "$PKGS" | md5sum | cut -c1-8)"
+if [ ! -e "$STAMP" ]; then
+    mirror_reachable || cannot_run "Debian archive $MIRROR unreachable (no network?)"
+    cp /etc/resolv.conf "$ROOT/etc/resolv.conf"
+    # never let package scripts start services: we start every daemon ourselves
+    printf '#!/bin/sh\nexit 101\n' > "$ROOT/usr/sbin/policy-rc.d"; chmod 755 "$ROOT/usr/sbin/policy-rc.d"
+    APT=(env DEBIAN_FRONTEND=noninteractive apt-get -q -o Acquire::Retries=3)
+    ok=0
+    for attempt in 1 2 3; do
+        # shellcheck disable=SC2086
+        if in_root "${APT[@]}" update >"$LOGS/chroot_apt_update.log" 2>&1 &&
+           in_root "${APT[@]}" -o Dpkg::Options::=--force-unsafe-io install -y --no-install-recommends $PKGS \
+               >"$LOGS/chroot_apt_install.log" 2>&1; then ok=1; break; fi
+        log "chroot apt attempt $attempt failed"; sleep $((attempt * 5))
+    done
+    [ $ok = 1 ] || { tail -30 "$LOGS"/chroot_apt_*.log >&2; die "chroot apt-get failed 3 times"; }
+    in_root apt-get clean
+    touch "$STAMP"
+fi
+SLURM_VERSION=$(in_root slurmctld -V | awk '{print $2}')
+case "$SLURM_VERSION" in 24.11.*) ;; *) die "expected Slurm 24.11, the chroot has '$SLURM_VERSION'";; esac
+phase_end "chroot packages"
+
+# --------------------------------------------------------------------------
+phase_begin
+HOSTSHORT=$(hostname -s 2>/dev/null || hostname)
+{
+    echo "127.0.0.1 localhost"
+    echo "::1 localhost ip6-localhost ip6-loopback"
+    if [ "$HOSTSHORT" != localhost ]; then echo "127.0.1.1 $HOSTSHORT"; fi
+} > "$ROOT/etc/hosts"
+in_root getent passwd "$JOB_USER" >/dev/null || in_root useradd -m -u "$JOB_UID" -s /bin/bash "$JOB_USER"
+in_root getent passwd slurmrestd >/dev/null || in_root useradd -r -M -d /nonexistent -s /usr/sbin/nologin slurmrestd
+
+any_daemon_running() {
+    local f
+    for f in /run/slurm/slurmctld.pid /run/slurm/slurmd.pid /run/slurm/slurmdbd.pid \
+             /run/munge/munged.pid $RUNDIR/mariadbd.pid $RUNDIR/slurmrestd.pid; do
+        running "$f" && return 0
+    done
+    return 1
+}
+commit_conf() {  # new-file dest: install it, but never change config under running daemons
+    if [ -e "$2" ] && cmp -s "$1" "$2"; then rm -f "$1"; return 0; fi
+    if any_daemon_running; then
+        rm -f "$1"; die "$2 would change while the cluster runs; run stop_slurm.sh first"
+    fi
+    mv "$1" "$2"
+}
+MEM_MB=$(awk '/MemTotal/ {m = int($2 / 1024 * 0.5); print (m < 256 ? 256 : m)}' /proc/meminfo)
+cat > "$ROOT/etc/slurm/slurm.conf.new" <<EOF
+# generated by tests/real_slurm/start_slurm.sh
+ClusterName=$CLUSTER
+SlurmctldHost=localhost
+SlurmUser=slurm
+SlurmdUser=root
+AuthType=auth/munge
+CredType=cred/munge
+AuthAltTypes=auth/jwt
+AuthAltParameters=jwt_key=/etc/slurm/jwt_hs256.key
+SlurmctldPort=6817
+SlurmdPort=6818
+StateSaveLocation=/var/lib/slurm/slurmctld
+SlurmdSpoolDir=/var/lib/slurm/slurmd
+SlurmctldPidFile=/run/slurm/slurmctld.pid
+SlurmdPidFile=/run/slurm/slurmd.pid
+SlurmctldLogFile=/var/log/slurm/slurmctld.log
+SlurmdLogFile=/var/log/slurm/slurmd.log
+SlurmctldDebug=info
+SlurmdDebug=info
+# No cgroups (cgroup.conf: CgroupPlugin=disabled), so processes are tracked by
+# /proc scanning; 24.11 has no task/none, so TaskPlugin stays unset.
+ProctrackType=proctrack/linuxproc
+MpiDefault=none
+ReturnToService=2
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+SchedulerType=sched/backfill
+# Below 60 s, slurmctld also runs its purge every max(10, MinJobAge) s instead
+# of every 60 s, so a finished job leaves /slurm/ MinJobAge..2*MinJobAge s after it ends.
+MinJobAge=$MIN_JOB_AGE
+KillWait=5
+InactiveLimit=0
+Waittime=0
+MailProg=/bin/true
+JobCompType=jobcomp/none
+AccountingStorageType=accounting_storage/slurmdbd
+AccountingStorageHost=localhost
+AccountingStoragePort=6819
+JobAcctGatherType=jobacct_gather/linux
+JobAcctGatherFrequency=30
+# The node claims $NODE_CPUS CPUs whatever the machine has, so a few test jobs
+# (sleeping) run side by side instead of queueing behind each other.
+SlurmdParameters=config_overrides
+NodeName=localhost NodeAddr=127.0.0.1 CPUs=$NODE_CPUS RealMemory=$MEM_MB State=UNKNOWN
+PartitionName=$PARTITION Nodes=ALL Default=YES MaxTime=INFINITE State=UP
+EOF
+commit_conf "$ROOT/etc/slurm/slurm.conf.new" "$ROOT/etc/slurm/slurm.conf"
+chmod 0644 "$ROOT/etc/slurm/slurm.conf"
+echo "CgroupPlugin=disabled" > "$ROOT/etc/slurm/cgroup.conf"
+if [ ! -s "$ROOT/etc/slurm/jwt_hs256.key" ]; then
+    dd if=/dev/urandom of="$ROOT/etc/slurm/jwt_hs256.key" bs=32 count=1 status=none
+fi
+in_root chown slurm:slurm /etc/slurm/jwt_hs256.key
+chmod 0600 "$ROOT/etc/slurm/jwt_hs256.key"
+cat > "$ROOT/etc/slurm/slurmdbd.conf.new" <<EOF
+# generated by tests/real_slurm/start_slurm.sh
+AuthType=auth/munge
+AuthAltTypes=auth/jwt
+AuthAltParameters=jwt_key=/etc/slurm/jwt_hs256.key
+DbdHost=localhost
+DbdPort=6819
+SlurmUser=slurm
+DebugLevel=info
+LogFile=/var/log/slurm/slurmdbd.log
+PidFile=/run/slurm/slurmdbd.pid
+StorageType=accounting_storage/mysql
+StorageHost=localhost
+StorageUser=slurm
+StoragePass=$DB_PASS
+StorageLoc=slurm_acct_db
+EOF
+commit_conf "$ROOT/etc/slurm/slurmdbd.conf.new" "$ROOT/etc/slurm/slurmdbd.conf"
+in_root chown slurm:slurm /etc/slurm/slurmdbd.conf
+chmod 0600 "$ROOT/etc/slurm/slurmdbd.conf"
+cat > "$ROOT/etc/mysql/mariadb.conf.d/99-slurm-ci.cnf" <<'EOF'
+[mariadbd]
+skip-networking
+socket = /run/mysqld/mysqld.sock
+innodb_buffer_pool_size = 128M
+innodb_lock_wait_timeout = 900
+max_allowed_packet = 16M
+EOF
+# /run is a fresh tmpfs after every mount: recreate the runtime dirs
+in_root sh -ec "
+  mkdir -p /run/slurm /run/munge /run/mysqld $RUNDIR /var/log/slurm /var/lib/slurm/slurmctld /var/lib/slurm/slurmd
+  chown slurm:slurm /run/slurm /var/log/slurm /var/lib/slurm/slurmctld
+  chown munge:munge /run/munge; chmod 0755 /run/munge
+  chown mysql:mysql /run/mysqld"
+phase_end "configure"
+
+# --------------------------------------------------------------------------
+# Daemons.  Each starts with </dev/null, a log file as stdout/stderr and the
+# lock fd closed: daemons keep the fds they were given, and a caller reading
+# our stdout through a pipe (or the next run waiting for the lock) would
+# otherwise wait for them forever.
+phase_begin
+spawn() {  # log-name cmd...   (for daemons that fork into the background)
+    local name=$1; shift
+    "$@" </dev/null >>"$LOGS/$name.out" 2>&1 9>&-
+}
+spawn_fg() {  # log-name chroot-pidfile cmd...   (for daemons that stay in the foreground)
+    local name=$1 pidf=$2; shift 2
+    # setsid: its own session, so a Ctrl-C in the caller's terminal does not reach it
+    setsid "$@" </dev/null >>"$LOGS/$name.out" 2>&1 9>&- &
+    echo $! > "$ROOT$pidf"
+}
+if ! running /run/munge/munged.pid; then
+    spawn munged in_root setpriv --reuid=munge --regid=munge --init-groups /usr/sbin/munged
+fi
+wait_for --pid /run/munge/munged.pid "munged" 20 sh -c "chroot '$ROOT' munge -n | chroot '$ROOT' unmunge"
+
+if ! running $RUNDIR/mariadbd.pid; then
+    if [ ! -d "$ROOT/var/lib/mysql/mysql" ]; then
+        in_root mariadb-install-db --user=mysql >"$LOGS/mariadb-install-db.log" 2>&1
+    fi
+    spawn_fg mariadbd $RUNDIR/mariadbd.pid chroot "$ROOT" /usr/sbin/mariadbd --user=mysql
+fi
+wait_for --pid $RUNDIR/mariadbd.pid "mariadbd" 60 chroot "$ROOT" mariadb-admin --socket=/run/mysqld/mysqld.sock ping
+in_root mariadb --socket=/run/mysqld/mysqld.sock -e "
+    CREATE DATABASE IF NOT EXISTS slurm_acct_db;
+    CREATE USER IF NOT EXISTS 'slurm'@'localhost' IDENTIFIED BY '$DB_PASS';
+    GRANT ALL ON slurm_acct_db.* TO 'slurm'@'localhost';
+    FLUSH PRIVILEGES;"
+
+if ! running /run/slurm/slurmdbd.pid; then
+    spawn slurmdbd in_root slurmdbd
+fi
+wait_for --pid /run/slurm/slurmdbd.pid "slurmdbd" 90 chroot "$ROOT" sacctmgr -n show cluster
+if [ -z "$(in_root sacctmgr -n -P show cluster "$CLUSTER" format=cluster)" ]; then
+    # The cluster must exist in the database before slurmctld first starts;
+    # state saved against another (or no) database makes slurmctld die with
+    # "CLUSTER ID MISMATCH".
+    in_root sacctmgr -i add cluster "$CLUSTER" >/dev/null
+    rm -f "$ROOT/var/lib/slurm/slurmctld/clustername"
+fi
+[ -n "$(in_root sacctmgr -n -P show account "$ACCOUNT" format=account)" ] ||
+    in_root sacctmgr -i add account "$ACCOUNT" Description=ci Organization=ci Cluster="$CLUSTER" >/dev/null
+[ -n "$(in_root sacctmgr -n -P show user "$JOB_USER" format=user)" ] ||
+    in_root sacctmgr -i add user "$JOB_USER" Account="$ACCOUNT" Cluster="$CLUSTER" >/dev/null
+
+if ! running /run/slurm/slurmctld.pid; then
+    spawn slurmctld in_root slurmctld
+fi
+wait_for --pid /run/slurm/slurmctld.pid "slurmctld" 60 sh -c "chroot '$ROOT' scontrol ping | grep -q 'is UP'"
+
+if ! running /run/slurm/slurmd.pid; then
+    # node name 'localhost' whatever the machine is called
+    spawn slurmd in_root slurmd -N localhost
+fi
+wait_for --pid /run/slurm/slurmd.pid "slurmd/node" 60 \
+    sh -c "chroot '$ROOT' sinfo -h -n localhost -o %t | grep -Eqx 'idle|mix|alloc|comp'"
+
+if ! running $RUNDIR/slurmrestd.pid; then
+    if (exec 3<>"/dev/tcp/127.0.0.1/$REST_PORT") 2>/dev/null; then
+        die "port $REST_PORT on 127.0.0.1 is taken by another program; pick another with SLURM_REST_PORT"
+    fi
+    # slurmrestd refuses to run as root or SlurmUser, hence its own user;
+    # SLURM_JWT=daemon makes it pass each client's token on to slurmctld/slurmdbd.
+    spawn_fg slurmrestd $RUNDIR/slurmrestd.pid \
+        chroot "$ROOT" setpriv --reuid=slurmrestd --regid=slurmrestd --init-groups \
+        env SLURM_JWT=daemon slurmrestd -a rest_auth/jwt -s openapi/slurmctld,openapi/slurmdbd \
+        -d "$DATA_PARSERS" "$REST_ADDR"
+fi
+TOKEN=$(in_root scontrol token username="$JOB_USER" lifespan="$TOKEN_LIFESPAN" | sed -n 's/^SLURM_JWT=//p')
+[ -n "$TOKEN" ] || die "scontrol token returned nothing"
+TOKEN_EXPIRES=$(( $(date +%s) + TOKEN_LIFESPAN ))
+REST_URL=http://$REST_ADDR
+rest_ok() {
+    in_root curl -sf -o /dev/null -H "X-SLURM-USER-NAME: $JOB_USER" -H "X-SLURM-USER-TOKEN: $TOKEN" "$REST_URL$1"
+}
+wait_for --pid $RUNDIR/slurmrestd.pid "slurmrestd" 30 rest_ok "/slurm/$PING_API/ping/"
+wait_for "slurmrestd /slurmdb" 30 rest_ok "/slurmdb/$PING_API/ping/"
+phase_end "daemons"
+
+# --------------------------------------------------------------------------
+# Single-quoted values: the file is both `source`-able and trivially parsed.
+umask 077
+cat > "$STATE/slurm.env.new" <<EOF
+SLURM_REST_URL='$REST_URL'
+SLURM_JWT='$TOKEN'
+SLURM_JWT_EXPIRES='$TOKEN_EXPIRES'
+SLURM_USER='$JOB_USER'
+SLURM_ROOT='$(readlink -f "$ROOT")'
+SLURM_STATE_DIR='$(readlink -f "$STATE")'
+SLURM_PARTITION='$PARTITION'
+SLURM_CLUSTER='$CLUSTER'
+SLURM_ACCOUNT='$ACCOUNT'
+SLURM_VERSION='$SLURM_VERSION'
+SLURM_API_VERSIONS='$DATA_PARSERS'
+SLURM_MIN_JOB_AGE='$MIN_JOB_AGE'
+SLURM_CTL='$HERE/ctl.sh'
+EOF
+mv "$STATE/slurm.env.new" "$STATE/slurm.env"
+umask 022
+
+printf '%-26s %6s s\n' "TOTAL" "$(since "$T_START")" | tee -a "$TIMINGS"
+log "Slurm $SLURM_VERSION up at $REST_URL (user $JOB_USER, data parsers $DATA_PARSERS); env: $STATE/slurm.env"
