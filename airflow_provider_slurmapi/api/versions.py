@@ -72,8 +72,10 @@ def jobs_path(version: str) -> str:
 
 
 def jobs_state_path(version: str, job_ids: Iterable[object]) -> str:
-    ids = ",".join(check_job_id(j) for j in job_ids)
-    return f"/slurm/{version}/jobs/state/" + (f"?job_id={ids}" if ids else "")
+    """The batched state query. slurmrestd 24.11 refuses a comma list (400 "Unable to parse query.")
+    and an encoded one (422): the id is repeated, ``?job_id=1&job_id=2``."""
+    query = urllib.parse.urlencode({"job_id": [check_job_id(j) for j in job_ids]}, doseq=True)
+    return f"/slurm/{version}/jobs/state/" + (f"?{query}" if query else "")
 
 
 def ping_path(version: str) -> str:
@@ -84,8 +86,9 @@ def slurmdb_job_path(version: str, job_id: object) -> str:
     return f"/slurmdb/{version}/job/{check_job_id(job_id)}"
 
 
-def slurmdb_jobs_path(version: str, **filters: str) -> str:
-    query = urllib.parse.urlencode({k: v for k, v in filters.items() if v})
+def slurmdb_jobs_path(version: str, **filters: str | list[str]) -> str:
+    """Accounting's job list; a list value repeats its parameter (``step=1&step=2``), as slurmrestd wants."""
+    query = urllib.parse.urlencode({k: v for k, v in filters.items() if v}, doseq=True)
     return f"/slurmdb/{version}/jobs/" + (f"?{query}" if query else "")
 
 

@@ -2,8 +2,8 @@
 
 Every :class:`~airflow_provider_slurmapi.triggers.slurmapi.SlurmJobTrigger` on the same connection and
 poll interval in one event loop subscribes here. Each tick asks the active queue for all their jobs at
-once (``GET /slurm/{v}/jobs/state/?job_id=a,b,...``, chunked to keep URLs short), and only the jobs
-missing from it are asked of accounting, also batched (``/slurmdb/{v}/jobs/?step=a,b``). Each trigger is
+once (``GET /slurm/{v}/jobs/state/?job_id=a&job_id=b...``, chunked to keep URLs short), and only the jobs
+missing from it are asked of accounting, also batched (``/slurmdb/{v}/jobs/?step=a&step=b``). Each trigger is
 woken with its own job's state. If the cluster refuses the batched paths, the poller falls back to one
 call per job. The poller lives only in memory: it starts with its first subscriber and stops with the
 last, so nothing needs sharing between triggerer processes.
@@ -59,7 +59,7 @@ def states_in_accounting(version: str, job_ids: list[str]) -> Operation[dict[str
     states: dict[str, JobState] = {}
     for start in range(0, len(job_ids), CHUNK):
         chunk = job_ids[start : start + CHUNK]
-        reply = yield Call("GET", versions.slurmdb_jobs_path(version, step=",".join(chunk)))
+        reply = yield Call("GET", versions.slurmdb_jobs_path(version, step=chunk))
         reply.raise_for_errors("read finished jobs from accounting (slurmdbd)")
         for record in _records(reply):
             job = SlurmJob.from_slurmdb(record, version)

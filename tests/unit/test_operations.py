@@ -87,7 +87,7 @@ def test_cancel_unknown_job_raises():
 
 def test_job_states_batch():
     states, calls = drive(ops.job_states(V, [1, 2, 3]), ["jobs_state"])
-    assert calls[0].path == "/slurm/v0.0.42/jobs/state/?job_id=1,2,3"
+    assert calls[0].path == "/slurm/v0.0.42/jobs/state/?job_id=1&job_id=2&job_id=3"
     assert {k: str(v) for k, v in states.items()} == {"1": "COMPLETED", "2": "CANCELLED", "3": "FAILED"}
 
 
