@@ -1,0 +1,136 @@
+"""The provider itself on real Slurm 24.11: the hook, operators and trigger over the direct transport."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+
+import pytest
+
+from airflow_provider_slurmapi.api.errors import SlurmRequestRejectedError
+from airflow_provider_slurmapi.api.jobs import JobSpec
+from airflow_provider_slurmapi.hooks.slurmapi import SlurmJobApiHook
+from airflow_provider_slurmapi.triggers.slurmapi import SlurmJobTrigger
+
+pytestmark = pytest.mark.real_slurm
+VERSIONS = ["v0.0.40", "v0.0.41", "v0.0.42"]
+
+
+@pytest.fixture
+def connect(real_slurm, monkeypatch):
+    def make(version: str = "v0.0.42", conn_id: str = "slurmapi_default") -> SlurmJobApiHook:
+        extra = {"slurmrestd_url": real_slurm.rest_url, "api_version": version}
+        conn = {"conn_type": "slurmapi", "login": real_slurm.user, "password": real_slurm.jwt, "extra": extra}
+        monkeypatch.setenv(f"AIRFLOW_CONN_{conn_id.upper()}", json.dumps(conn))
+        return SlurmJobApiHook(slurmapi_conn_id=conn_id)
+
+    return make
+
+
+def job(real_slurm, **fields):
+    return {"current_working_directory": real_slurm.home, "partition": real_slurm.partition, **fields}
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_submit_complete_and_read_back(real_slurm, connect, version):
+    hook = connect(version)
+    job_id = hook.submit_job("#!/bin/bash\necho real $SLURM_JOB_ID\n", job(real_slurm, name=f"ok-{version}"))
+    done = hook.wait_for_job(job_id, poll_interval=0.5, timeout=120)
+    assert done.state.is_success and done.exit_code.return_code == 0
+    assert done.name == f"ok-{version}"
+    out = real_slurm.host_path(done.standard_output).read_text()
+    assert out.strip() == f"real {job_id}"
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_exit_3_is_failed_with_code(real_slurm, connect, version):
+    hook = connect(version)
+    job_id = hook.submit_job("#!/bin/bash\nexit 3\n", job(real_slurm))
+    done = hook.wait_for_job(job_id, poll_interval=0.5, timeout=120)
+    assert done.state.base == "FAILED" and done.exit_code.return_code == 3
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_cancel_running(real_slurm, connect, version):
+    hook = connect(version)
+    job_id = hook.submit_job("#!/bin/bash\nsleep 300\n", job(real_slurm))
+    real_slurm.poll(
+        "GET",
+        f"/slurm/v0.0.42/job/{job_id}",
+        lambda status, body: status == 200 and "RUNNING" in body["jobs"][0]["job_state"],
+        timeout=60,
+        what="the job to start",
+    )
+    hook.cancel_job(job_id)
+    done = hook.wait_for_job(job_id, poll_interval=0.2, timeout=120)
+    assert done.state.base == "CANCELLED" and done.state.is_terminal
+    assert hook.cancel_job(job_id).already_finished or version != "v0.0.42"
+
+
+def test_purged_job_comes_from_accounting(real_slurm, connect):
+    hook = connect()
+    job_id = hook.submit_job("#!/bin/bash\ntrue\n", job(real_slurm))
+    hook.wait_for_job(job_id, poll_interval=0.5, timeout=120)
+    real_slurm.poll(
+        "GET",
+        f"/slurm/v0.0.42/job/{job_id}",
+        lambda status, body: status == 404,
+        timeout=real_slurm.min_job_age * 4 + 30,
+        what="the job to leave the active queue",
+        interval=1.0,
+    )
+    found = hook.get_job(job_id)
+    assert found.source == "slurmdb" and found.state.is_success
+
+
+def test_unknown_field_warning_is_surfaced(real_slurm, connect, capfd):
+    submitted = connect().submit(JobSpec.build("#!/bin/bash\ntrue\n", job(real_slurm, no_such_field=1)))
+    assert "no_such_field" in str(submitted.warnings[0])
+    assert "Slurm warning on submit" in capfd.readouterr().out
+
+
+def test_bad_partition_is_a_clear_error(real_slurm, connect):
+    with pytest.raises(SlurmRequestRejectedError, match="Invalid partition name specified"):
+        connect().submit_job("#!/bin/bash\ntrue\n", job(real_slurm, partition="nosuch"))
+
+
+def test_array_and_dependency(real_slurm, connect):
+    hook = connect()
+    first = hook.submit_job("#!/bin/bash\ntrue\n", job(real_slurm))
+    second = hook.submit_job("#!/bin/bash\ntrue\n", job(real_slurm, dependency=f"afterok:{first}"))
+    assert hook.wait_for_job(second, poll_interval=0.5, timeout=120).state.is_success
+    array = hook.submit_job('#!/bin/bash\n[ "$SLURM_ARRAY_TASK_ID" != 1 ]\n', job(real_slurm, array="0-2"))
+    deadline = time.monotonic() + 120
+    tasks = hook.get_jobs(array)
+    while not (len(tasks) == 3 and all(t.state.is_terminal for t in tasks)) and time.monotonic() < deadline:
+        time.sleep(0.5)
+        tasks = hook.get_jobs(array)
+    states = {t.array_task_id: t.state.base for t in tasks}
+    assert states == {0: "COMPLETED", 1: "FAILED", 2: "COMPLETED"}
+
+
+def test_shared_poller_batches_on_real_slurm(real_slurm, connect):
+    hook = connect()
+    ids = [hook.submit(JobSpec.build("#!/bin/bash\nsleep 1\n", job(real_slurm))).job_id for _ in range(4)]
+
+    async def wait_all():
+        async def one(job_id):
+            async for event in SlurmJobTrigger(job_id, poll_interval=0.5).run():
+                return event.payload
+
+        return await asyncio.gather(*(one(i) for i in ids))
+
+    events = asyncio.run(wait_all())
+    assert [e["status"] for e in events] == ["success"] * 4
+
+
+def test_slurmdbd_down_does_not_break_a_wait(real_slurm, connect):
+    hook = connect()
+    job_id = hook.submit_job("#!/bin/bash\nsleep 2\n", job(real_slurm))
+    real_slurm.stop_slurmdbd()
+    try:
+        hook.wait_for_job(job_id, poll_interval=0.5, timeout=60)
+    finally:
+        real_slurm.start_slurmdbd()
+    assert hook.get_job(job_id).state.is_success
