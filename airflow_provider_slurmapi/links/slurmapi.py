@@ -1,4 +1,13 @@
-"""SlurmJobLink: the task's "Slurm Job" button, pointing at the job's status page."""
+"""SlurmJobLink: the task's "Slurm Job" button, pointing at the job's status page.
+
+Where it goes:
+
+* the connection's ``job_link_template`` when it sets one (the Cloud console, Grafana, anything), with
+  ``{job_id}``, ``{project_id}``, ``{region}``, ``{cluster_id}`` and ``{url}`` filled in;
+* otherwise, on Airflow 3.1+, the provider's own job page inside the Airflow web server
+  (``/slurmapi/jobs/<job_id>``, served by the provider's plugin);
+* otherwise (Airflow 2.x without a template) nowhere: the button stays hidden.
+"""
 
 from __future__ import annotations
 
@@ -6,12 +15,14 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from airflow.providers.common.compat.sdk import BaseOperatorLink, XCom
 
+from airflow_provider_slurmapi.plugins.urls import DEFAULT_CONN_ID, job_page_url
+
 if TYPE_CHECKING:
     from airflow.providers.common.compat.sdk import TaskInstanceKey
 
 XCOM_LINK_KEY = "slurm_job_link"
-# Where the link goes when the connection sets no job_link_template: the cluster in the Cloud console.
-DEFAULT_LINK_TEMPLATE = (
+# A job_link_template for the cluster in the Google Cloud console (no longer the default target).
+CLOUD_CONSOLE_LINK_TEMPLATE = (
     "https://console.cloud.google.com/vertex-ai/model-development-clusters/locations/{region}/"
     "clusters/{cluster_id}?project={project_id}&slurmJob={job_id}"
 )
@@ -20,20 +31,33 @@ DEFAULT_LINK_TEMPLATE = (
 def render_link(template: str, *, job_id: int | str, **fields: str) -> str:
     """``template`` with ``{job_id}``, ``{project_id}``, ``{region}``, ``{cluster_id}`` and ``{url}`` filled in.
 
-    A direct slurmrestd connection has no console: without a template its link is empty (hidden).
+    Empty without a template (or with one that does not render): the link then opens the provider's
+    job page (see :meth:`SlurmJobLink.persist`).
     """
-    if not template and not fields.get("project_id"):
+    if not template:
         return ""
     try:
-        return (template or DEFAULT_LINK_TEMPLATE).format(job_id=job_id, **fields)
-    except (KeyError, IndexError, ValueError):
+        return template.format(job_id=job_id, **fields)
+    except (KeyError, IndexError, ValueError, AttributeError):
         return ""
+
+
+def default_job_url(job_id: int | str, conn_id: str | None) -> str:
+    """The provider's job page in this Airflow's web server; empty where the pages are not served (2.x)."""
+    from airflow_provider_slurmapi.plugins.slurm_job_page import pages_available
+
+    if not pages_available():
+        return ""
+    from airflow.providers.common.compat.sdk import conf
+
+    base_url = conf.get("api", "base_url", fallback="") or ""
+    return job_page_url(job_id, conn_id or DEFAULT_CONN_ID, base_url=base_url)
 
 
 class SlurmJobLink(BaseOperatorLink):
     """Opens the Slurm job a task submitted or waits on.
 
-    The URL is rendered when the job is known (before waiting or deferring) and kept in XCom, so the
+    The URL is worked out when the job is known (before waiting or deferring) and kept in XCom, so the
     link works while the job runs and after the task ends.
     """
 
@@ -41,9 +65,16 @@ class SlurmJobLink(BaseOperatorLink):
     key: ClassVar[str] = XCOM_LINK_KEY
 
     @staticmethod
-    def persist(context: Any, *, url: str, job_id: int | str) -> None:
-        """Store the link for the running task instance."""
-        context["ti"].xcom_push(key=XCOM_LINK_KEY, value={"url": url, "job_id": str(job_id)})
+    def persist(context: Any, *, url: str, job_id: int | str, conn_id: str | None = None) -> None:
+        """Store the link for the running task instance.
+
+        ``url`` is the rendered ``job_link_template``; when empty, the provider's job page is used (the
+        connection is ``conn_id``, else the task's ``slurmapi_conn_id``).
+        """
+        if conn_id is None:
+            conn_id = getattr(context.get("task"), "slurmapi_conn_id", None) or DEFAULT_CONN_ID
+        target = url or default_job_url(job_id, conn_id)
+        context["ti"].xcom_push(key=XCOM_LINK_KEY, value={"url": target, "job_id": str(job_id), "conn_id": conn_id})
 
     def get_link(self, operator: Any, *, ti_key: TaskInstanceKey) -> str:
         value = XCom.get_value(key=XCOM_LINK_KEY, ti_key=ti_key)
