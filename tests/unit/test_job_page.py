@@ -1,0 +1,366 @@
+"""The Slurm job pages: what they show (job_view, render) and who may see it (the plugin's FastAPI app)."""
+
+from __future__ import annotations
+
+import copy
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+import pytest
+
+from airflow_provider_slurmapi.api.errors import SlurmApiError, SlurmJobNotFoundError
+from airflow_provider_slurmapi.api.jobs import SlurmJob
+from airflow_provider_slurmapi.api.reattach import task_instance_tag, tagged_comment
+from airflow_provider_slurmapi.plugins import urls
+from airflow_provider_slurmapi.plugins.job_view import (
+    JobView,
+    Resources,
+    format_duration,
+    merge_listing,
+    parse_tag,
+    user_comment,
+)
+from airflow_provider_slurmapi.plugins.slurm_job_page import SlurmJobPagePlugin, pages_available
+from tests.fixtures import recorded
+
+RUN_ID = "manual__2026-01-01T00:00:00+00:00"
+TAG = task_instance_tag("train_dag", "train", RUN_ID)
+
+
+def job_info(name: str = "job_completed", **changes: Any) -> dict[str, Any]:
+    record = copy.deepcopy(recorded(name)["jobs"][0])
+    record.update(changes)
+    return record
+
+
+def slurmdb(name: str = "slurmdb_job", **changes: Any) -> dict[str, Any]:
+    record = copy.deepcopy(recorded(name)["jobs"][0])
+    record.update(changes)
+    return record
+
+
+def tagged(record: dict[str, Any], tag: str = TAG, comment: str | None = None) -> SlurmJob:
+    record = dict(record, comment=tagged_comment(tag, comment))
+    return SlurmJob.from_job_info(record)
+
+
+# -- tags -------------------------------------------------------------------------------------------
+
+
+def test_tag_round_trips_with_the_operator_tag():
+    ref = parse_tag(tagged_comment(TAG, "nightly run"))
+    assert ref is not None
+    assert (ref.dag_id, ref.task_id, ref.run_id, ref.map_index, ref.dag_id_exact) == (
+        "train_dag",
+        "train",
+        RUN_ID,
+        -1,
+        True,
+    )
+    assert ref.tag == TAG
+    assert user_comment(tagged_comment(TAG, "nightly run")) == "nightly run"
+
+
+def test_mapped_task_links_to_its_map_index():
+    ref = parse_tag(task_instance_tag("d", "t", "r/with/slashes", 3))
+    assert ref is not None and ref.run_id == "r/with/slashes" and ref.map_index == 3
+    assert ref.task_url("/") == "/dags/d/runs/r%2Fwith%2Fslashes/tasks/t/mapped/3"
+    assert parse_tag(TAG).task_url("/airflow") == (  # type: ignore[union-attr]
+        "/airflow/dags/train_dag/runs/manual__2026-01-01T00%3A00%3A00%2B00%3A00/tasks/train"
+    )
+
+
+def test_hashed_tag_names_the_dag_only_when_it_was_not_cut():
+    short = parse_tag(task_instance_tag("d", "t" * 100, "r" * 200))
+    assert short is not None and short.run_id is None and short.dag_id_exact and short.dag_id == "d"
+    assert short.task_url("/") == f"/dags/d/tasks/{'t' * 80}"
+    cut = parse_tag(task_instance_tag("d" * 120, "t", "r" * 200))
+    assert cut is not None and not cut.dag_id_exact
+
+
+@pytest.mark.parametrize("comment", ["", "plain comment", "airflow-ti:", "airflow-ti:d/t", "airflow-ti:d/t/r/x"])
+def test_no_tag(comment):
+    assert parse_tag(comment) is None
+
+
+# -- what a job page shows --------------------------------------------------------------------------
+
+
+def test_durations():
+    assert format_duration(None) == "—"
+    assert format_duration(timedelta(seconds=42)) == "42s"
+    assert format_duration(timedelta(minutes=3, seconds=5)) == "3m 05s"
+    assert format_duration(timedelta(hours=2, minutes=7)) == "2h 07m 00s"
+    assert format_duration(timedelta(days=3, hours=4, minutes=10)) == "3d 4h 10m"
+
+
+def test_gpus_from_tres():
+    res = Resources.from_tres("cpu=96,mem=1400G,node=4,billing=96,gres/gpu=32,gres/gpu:h100=32")
+    assert (res.cpus, res.memory, res.nodes, res.gpus) == ("96", "1400G", "4", 32)
+    assert res.other == (("billing", "96"),)
+    assert Resources.from_tres("cpu=8,gres/gpu:a100=4,gres/gpu:h100=2").gpus == 6
+    assert Resources.from_tres("cpu=1,mem=19284,node=1").memory == "19284M"  # accounting counts MB
+    assert Resources.from_tres("").empty
+
+
+def test_completed_job_view():
+    job = tagged(job_info("job_completed"))
+    view = JobView.build(job)
+    assert view.state == "COMPLETED" and view.state_class == "ok" and not view.live
+    assert view.exit_code == "0"
+    assert [s.label for s in view.steps] == ["Submitted", "Started", "Ended"]
+    assert all(s.reached for s in view.steps)
+    assert view.steps[2].detail.startswith("ran ")
+    assert view.ref is not None and view.ref.task_id == "train"
+    assert view.requested.memory == "19284M" and view.requested.cpus == "1"
+    assert '"job_state"' in view.raw_json
+
+
+def test_failed_job_explains_itself():
+    view = JobView.build(tagged(job_info("job_failed")))
+    assert view.state_class == "bad" and view.exit_code == "3" and view.reason == "NonZeroExitCode"
+    assert "The batch script exited with code 3." in view.warnings
+
+
+def test_pending_job_is_live_and_waiting():
+    record = job_info("job_pending", state_reason="Resources", tres_per_node="gres/gpu:8", node_count=2)
+    now = datetime.fromtimestamp(1796228993 + 75, tz=timezone.utc)
+    view = JobView.build(tagged(record), now=now)
+    assert view.live and view.state_class == "pending" and view.exit_code == "—"
+    assert not view.steps[1].reached and view.steps[1].detail == "waiting 1m 15s (Resources)"
+    assert view.requested.gpus == 16
+    assert "Pending: Resources" in view.warnings
+
+
+def test_running_job_counts_its_run_time():
+    now = datetime.fromtimestamp(1796228995 + 30, tz=timezone.utc)
+    view = JobView.build(tagged(job_info("job_running", time_limit=5)), now=now)
+    assert view.live and view.state_class == "running"
+    assert view.steps[2].detail == "running for 30s of 5m 00s"
+    assert view.ran == "30s"
+
+
+def test_untagged_job_says_so():
+    view = JobView.build(SlurmJob.from_job_info(job_info("job_completed")))
+    assert view.ref is None
+    assert any("no Airflow task-instance tag" in w for w in view.warnings)
+
+
+def test_accounting_record_view():
+    record = slurmdb("slurmdb_job", comment={"job": TAG, "administrator": "", "system": ""})
+    record["tres"]["allocated"].append({"type": "gres", "name": "gpu", "id": 1001, "count": 8})
+    view = JobView.build(SlurmJob.from_slurmdb(record))
+    assert view.source_label == "accounting (/slurmdb)"
+    assert view.allocated.gpus == 8 and view.ran == "2s" and view.ref is not None
+
+
+def test_listing_merges_queue_and_accounting_newest_first():
+    old = SlurmJob.from_slurmdb(slurmdb("slurmdb_job", comment={"job": TAG}))  # id 1, submitted first
+    finished_in_queue = tagged(job_info("job_completed", job_id=1))
+    newer = tagged(job_info("job_failed"))  # id 3
+    untagged = SlurmJob.from_job_info(job_info("job_running", job_id=7))
+    rows = merge_listing([finished_in_queue, newer, untagged], [old])
+    assert [j.job_id for j, _ in rows] == [3, 1]
+    assert rows[1][0].source == "slurmdb"  # an ended job: accounting's record wins
+
+
+def test_html_escapes_everything():
+    from airflow_provider_slurmapi.plugins import render
+
+    evil = "<script>alert(1)</script>"
+    job = tagged(job_info("job_failed", name=evil, partition='"><img src=x>'), comment=evil)
+    html = render.render_job_page(
+        JobView.build(job), conn_id="slurmapi_default", pages_root="/slurmapi", ui_root="/", list_url="/slurmapi/jobs"
+    )
+    assert "<script>" not in html and "<img src=x>" not in html
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html
+    assert 'href="/dags/train_dag/runs/manual__2026-01-01T00%3A00%3A00%2B00%3A00/tasks/train"' in html
+    assert 'http-equiv="refresh"' not in html  # finished: no refresh
+
+
+def test_live_page_refreshes_itself():
+    from airflow_provider_slurmapi.plugins import render
+
+    html = render.render_job_page(
+        JobView.build(tagged(job_info("job_running"))),
+        conn_id="c",
+        pages_root="/slurmapi",
+        ui_root="/",
+        list_url="/slurmapi/jobs",
+    )
+    assert f'<meta http-equiv="refresh" content="{render.LIVE_REFRESH_SECONDS}">' in html
+
+
+# -- URLs and the plugin ----------------------------------------------------------------------------
+
+
+def test_page_urls():
+    assert urls.job_page_url(12) == "/slurmapi/jobs/12"
+    assert urls.job_page_url("12_3", "other") == "/slurmapi/jobs/12_3?conn_id=other"
+    assert urls.job_page_url(12, base_url="https://af.example.com/airflow/") == (
+        "https://af.example.com/airflow/slurmapi/jobs/12"
+    )
+    assert urls.job_list_path("x", base_url="/af") == "/af/slurmapi/jobs?conn_id=x"
+
+
+def test_plugin_registers_pages_only_where_served():
+    plugin = SlurmJobPagePlugin()
+    if pages_available():
+        assert [a["url_prefix"] for a in plugin.fastapi_apps] == ["/slurmapi"]
+        assert plugin.external_views[0]["href"] == "/slurmapi/jobs"
+        assert plugin.external_views is plugin.external_views  # one list: Airflow may edit it
+    else:
+        assert plugin.fastapi_apps == [] and plugin.external_views == []
+
+
+def test_link_defaults_to_the_page_and_template_overrides():
+    from airflow_provider_slurmapi.links.slurmapi import CLOUD_CONSOLE_LINK_TEMPLATE, SlurmJobLink, render_link
+
+    pushed: dict[str, Any] = {}
+
+    class TI:
+        def xcom_push(self, key: str, value: Any) -> None:
+            pushed[key] = value
+
+    class Task:
+        slurmapi_conn_id = "gpu_cluster"
+
+    SlurmJobLink.persist({"ti": TI(), "task": Task()}, url="", job_id=42)
+    expected = "/slurmapi/jobs/42?conn_id=gpu_cluster" if pages_available() else ""
+    assert pushed["slurm_job_link"] == {"url": expected, "job_id": "42", "conn_id": "gpu_cluster"}
+    console = render_link(CLOUD_CONSOLE_LINK_TEMPLATE, job_id=42, project_id="p", region="r", cluster_id="c", url="")
+    SlurmJobLink.persist({"ti": TI()}, url=console, job_id=42)
+    assert pushed["slurm_job_link"]["url"].startswith("https://console.cloud.google.com/") and "slurmJob=42" in console
+    assert render_link("", job_id=1, project_id="p") == ""
+    assert render_link("{nope}", job_id=1) == ""
+
+
+# -- who may see what: the FastAPI app --------------------------------------------------------------
+
+
+class FakeHook:
+    def __init__(self, jobs: list[SlurmJob], accounted: list[SlurmJob] | None = None) -> None:
+        self.jobs = {j.display_id: j for j in jobs}
+        self.accounted = accounted or []
+        self.calls: list[str] = []
+        self._client = None
+
+    def get_job(self, job_id: str) -> SlurmJob:
+        self.calls.append(f"get_job {job_id}")
+        if job_id not in self.jobs:
+            raise SlurmJobNotFoundError(f"no job {job_id}")
+        return self.jobs[job_id]
+
+    def list_jobs(self) -> list[SlurmJob]:
+        self.calls.append("list_jobs")
+        return list(self.jobs.values())
+
+    def list_accounted_jobs(self, **filters: str) -> list[SlurmJob]:
+        self.calls.append(f"list_accounted_jobs {sorted(filters)}")
+        if self.accounted is None:
+            raise SlurmApiError("slurmdbd down")
+        return self.accounted
+
+    def get_conn(self) -> Any:
+        raise AssertionError("a running job needs no accounting call")
+
+
+class FakeAuthManager:
+    def __init__(self, readable: set[str] | None) -> None:
+        self.readable = readable  # None: every DAG
+
+    def is_authorized_dag(self, *, method: str, user: Any, details: Any = None, access_entity: Any = None) -> bool:
+        assert method == "GET"
+        if self.readable is None:
+            return True
+        return details is not None and details.id in self.readable
+
+    def get_url_login(self, **kwargs: Any) -> str:
+        return "/auth/login"
+
+
+@pytest.fixture
+def page_client(monkeypatch):
+    if not pages_available():
+        pytest.skip("the job pages are served by Airflow 3.1+ only")
+    from fastapi.testclient import TestClient
+
+    from airflow.api_fastapi.core_api.security import get_user
+    from airflow_provider_slurmapi.plugins import app as page_app
+
+    state: dict[str, Any] = {"auth": FakeAuthManager(None), "hook": FakeHook([])}
+    monkeypatch.setattr(page_app, "get_auth_manager", lambda: state["auth"])
+    monkeypatch.setattr(page_app, "_hook", lambda conn_id: state["hook"])
+
+    def client(*, authenticated: bool = True) -> TestClient:
+        app = page_app.create_app()
+        if authenticated:
+            app.dependency_overrides[get_user] = lambda: object()
+        return TestClient(app, root_path="/slurmapi")
+
+    state["client"] = client
+    return state
+
+
+def test_page_refuses_unauthenticated(page_client):
+    client = page_client["client"](authenticated=False)
+    for path in ("/jobs/5", "/jobs", "/"):
+        reply = client.get(path)
+        assert reply.status_code == 401 and reply.json() == {"detail": "Not authenticated"}
+    reply = client.get("/jobs/5", headers={"Accept": "text/html"})
+    assert reply.status_code == 401 and 'href="/auth/login"' in reply.text
+    assert page_client["hook"].calls == []
+
+
+def test_page_shows_a_job_to_readers_of_its_dag(page_client):
+    page_client["hook"] = FakeHook([tagged(job_info("job_running"))])
+    page_client["auth"] = FakeAuthManager({"train_dag"})
+    reply = page_client["client"]().get("/jobs/1")
+    assert reply.status_code == 200, reply.text
+    assert "RUNNING" in reply.text and 'http-equiv="refresh"' in reply.text
+    assert "script-src" not in reply.headers["content-security-policy"]
+    assert "frame-ancestors 'self'" in reply.headers["content-security-policy"]
+    assert 'href="/slurmapi/jobs"' in reply.text
+
+
+def test_page_refuses_users_who_may_not_read_the_dag(page_client):
+    page_client["hook"] = FakeHook([tagged(job_info("job_running"))])
+    page_client["auth"] = FakeAuthManager({"another_dag"})
+    reply = page_client["client"]().get("/jobs/1")
+    assert reply.status_code == 403 and reply.json() == {"detail": "Forbidden"}
+
+
+def test_untagged_job_needs_access_to_every_dag(page_client):
+    page_client["hook"] = FakeHook([SlurmJob.from_job_info(job_info("job_running"))])
+    page_client["auth"] = FakeAuthManager({"train_dag"})
+    assert page_client["client"]().get("/jobs/1").status_code == 403
+    page_client["auth"] = FakeAuthManager(None)
+    assert page_client["client"]().get("/jobs/1").status_code == 200
+
+
+def test_unknown_or_invalid_job(page_client):
+    client = page_client["client"]()
+    assert client.get("/jobs/99").status_code == 404
+    assert client.get("/jobs/abc").status_code == 404
+    assert client.get("/jobs?conn_id=bad%20id").status_code == 422
+
+
+def test_pages_cannot_change_anything(page_client):
+    page_client["hook"] = FakeHook([tagged(job_info("job_running"))])
+    client = page_client["client"]()
+    for method in ("POST", "PUT", "PATCH", "DELETE"):
+        assert client.request(method, "/jobs/1").status_code == 405
+    assert page_client["hook"].calls == []
+
+
+def test_listing_shows_only_readable_dags(page_client):
+    mine = tagged(job_info("job_running", job_id=4))
+    theirs = tagged(job_info("job_failed", job_id=5), tag=task_instance_tag("secret_dag", "t", "r"))
+    untagged = SlurmJob.from_job_info(job_info("job_completed", job_id=6))
+    page_client["hook"] = FakeHook([mine, theirs, untagged], accounted=[])
+    page_client["auth"] = FakeAuthManager({"train_dag"})
+    reply = page_client["client"]().get("/jobs")
+    assert reply.status_code == 200
+    assert 'href="/slurmapi/jobs/4"' in reply.text and "/slurmapi/jobs/5" not in reply.text
+    assert "1 job(s) of DAGs you may not read" in reply.text
+    assert "list_accounted_jobs ['start_time']" in page_client["hook"].calls
