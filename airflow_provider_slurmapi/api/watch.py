@@ -6,12 +6,14 @@ Shared by the hook's blocking wait and the trigger's async wait, so both tell th
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-from airflow_provider_slurmapi.api.errors import SlurmJobApiError, SlurmJobFailedError
+from airflow_provider_slurmapi.api.errors import SlurmJobApiError, SlurmJobFailedError, SlurmJobNotFoundError
 from airflow_provider_slurmapi.api.jobs import JobState, SlurmJob
 
 DEFAULT_ERROR_BUDGET = 10
+# How long a job known to exist may be missing from both the queue and accounting (slurmdbd lag).
+UNRECORDED_GRACE = 600.0
 
 
 def format_duration(seconds: float | None) -> str:
@@ -31,11 +33,27 @@ class JobWatch:
     error_budget: int = DEFAULT_ERROR_BUDGET
     last: str = ""
     consecutive_errors: int = 0
-    warnings_seen: set[str] = field(default_factory=set)
+    unrecorded_grace: float = UNRECORDED_GRACE
+    unrecorded_since: float | None = None
 
     def observe(self, job: SlurmJob) -> list[str]:
-        """Log lines for what is new in ``job``: a state change and any warning not yet shown."""
+        """Log lines for what is new in ``job``: a state change.
+
+        A job that neither the queue nor accounting knows is taken for "not recorded yet" for
+        ``unrecorded_grace`` seconds, then reported as gone (``SlurmJobNotFoundError``).
+        """
         self.consecutive_errors = 0
+        if job.source == "none":
+            now = time.time()
+            self.unrecorded_since = self.unrecorded_since or now
+            if now - self.unrecorded_since > self.unrecorded_grace:
+                raise SlurmJobNotFoundError(
+                    f"Slurm job {self.job_id} has been in neither the active queue nor accounting for "
+                    f"{self.unrecorded_grace:.0f}s: it is gone (check the cluster's accounting).",
+                    http_status=404,
+                )
+        else:
+            self.unrecorded_since = None
         lines = []
         described = job.describe_state()
         if described != self.last:

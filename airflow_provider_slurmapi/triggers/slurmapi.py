@@ -167,7 +167,12 @@ class SlurmJobTrigger(BaseTrigger):
                         yield self._event(ERROR, str(final), last)
                         return
                 else:
-                    for line in watch.observe(last):
+                    try:
+                        lines = watch.observe(last)
+                    except SlurmJobApiError as gone:
+                        yield self._event(ERROR, str(gone), last)
+                        return
+                    for line in lines:
                         self.log.info(line)
                     event = self._done(last)
                     if event is not None:

@@ -10,7 +10,7 @@ import pytest
 
 from airflow_provider_slurmapi.api.errors import SlurmApiError, SlurmJobNotFoundError
 from airflow_provider_slurmapi.api.jobs import SlurmJob
-from airflow_provider_slurmapi.api.reattach import task_instance_tag, tagged_comment
+from airflow_provider_slurmapi.api.reattach import tagged_comment, task_instance_tag
 from airflow_provider_slurmapi.plugins import urls
 from airflow_provider_slurmapi.plugins.job_view import (
     JobView,
@@ -27,14 +27,14 @@ RUN_ID = "manual__2026-01-01T00:00:00+00:00"
 TAG = task_instance_tag("train_dag", "train", RUN_ID)
 
 
-def job_info(name: str = "job_completed", **changes: Any) -> dict[str, Any]:
-    record = copy.deepcopy(recorded(name)["jobs"][0])
+def job_info(fixture: str = "job_completed", **changes: Any) -> dict[str, Any]:
+    record = copy.deepcopy(recorded(fixture)["jobs"][0])
     record.update(changes)
     return record
 
 
-def slurmdb(name: str = "slurmdb_job", **changes: Any) -> dict[str, Any]:
-    record = copy.deepcopy(recorded(name)["jobs"][0])
+def slurmdb(fixture: str = "slurmdb_job", **changes: Any) -> dict[str, Any]:
+    record = copy.deepcopy(recorded(fixture)["jobs"][0])
     record.update(changes)
     return record
 
@@ -241,14 +241,14 @@ def test_link_defaults_to_the_page_and_template_overrides():
 class FakeHook:
     def __init__(self, jobs: list[SlurmJob], accounted: list[SlurmJob] | None = None) -> None:
         self.jobs = {j.display_id: j for j in jobs}
-        self.accounted = accounted or []
+        self.accounted = accounted  # None: accounting is down
         self.calls: list[str] = []
         self._client = None
 
     def get_job(self, job_id: str) -> SlurmJob:
         self.calls.append(f"get_job {job_id}")
         if job_id not in self.jobs:
-            raise SlurmJobNotFoundError(f"no job {job_id}")
+            raise SlurmJobNotFoundError(f"no job {job_id}", http_status=404)
         return self.jobs[job_id]
 
     def list_jobs(self) -> list[SlurmJob]:
@@ -258,7 +258,7 @@ class FakeHook:
     def list_accounted_jobs(self, **filters: str) -> list[SlurmJob]:
         self.calls.append(f"list_accounted_jobs {sorted(filters)}")
         if self.accounted is None:
-            raise SlurmApiError("slurmdbd down")
+            raise SlurmApiError("slurmdbd down", http_status=502)
         return self.accounted
 
     def get_conn(self) -> Any:
@@ -275,6 +275,9 @@ class FakeAuthManager:
             return True
         return details is not None and details.id in self.readable
 
+    def get_authorized_dag_ids(self, *, user: Any, method: str = "GET") -> set[str]:
+        return {"train_dag", "another_dag", "secret_dag"} if self.readable is None else set(self.readable)
+
     def get_url_login(self, **kwargs: Any) -> str:
         return "/auth/login"
 
@@ -283,9 +286,9 @@ class FakeAuthManager:
 def page_client(monkeypatch):
     if not pages_available():
         pytest.skip("the job pages are served by Airflow 3.1+ only")
+    from airflow.api_fastapi.core_api.security import get_user
     from fastapi.testclient import TestClient
 
-    from airflow.api_fastapi.core_api.security import get_user
     from airflow_provider_slurmapi.plugins import app as page_app
 
     state: dict[str, Any] = {"auth": FakeAuthManager(None), "hook": FakeHook([])}
@@ -338,6 +341,15 @@ def test_untagged_job_needs_access_to_every_dag(page_client):
     assert page_client["client"]().get("/jobs/1").status_code == 200
 
 
+def test_users_who_may_read_no_dag_are_refused_before_slurm_is_asked(page_client):
+    page_client["hook"] = FakeHook([tagged(job_info("job_running"))], accounted=[])
+    page_client["auth"] = FakeAuthManager(set())
+    client = page_client["client"]()
+    assert client.get("/jobs/1").status_code == 403
+    assert client.get("/jobs").status_code == 403
+    assert page_client["hook"].calls == []
+
+
 def test_unknown_or_invalid_job(page_client):
     client = page_client["client"]()
     assert client.get("/jobs/99").status_code == 404
@@ -364,3 +376,10 @@ def test_listing_shows_only_readable_dags(page_client):
     assert 'href="/slurmapi/jobs/4"' in reply.text and "/slurmapi/jobs/5" not in reply.text
     assert "1 job(s) of DAGs you may not read" in reply.text
     assert "list_accounted_jobs ['start_time']" in page_client["hook"].calls
+
+
+def test_listing_survives_accounting_being_down(page_client):
+    page_client["hook"] = FakeHook([tagged(job_info("job_running", job_id=4))], accounted=None)
+    reply = page_client["client"]().get("/jobs", headers={"Accept": "text/html"})
+    assert reply.status_code == 200
+    assert "Accounting (/slurmdb) could not be read" in reply.text and 'href="/slurmapi/jobs/4"' in reply.text
