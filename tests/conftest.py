@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -15,6 +16,14 @@ _HOME = os.environ.get("SLURMAPI_TEST_AIRFLOW_HOME") or tempfile.mkdtemp(prefix=
 os.environ["AIRFLOW_HOME"] = _HOME
 os.environ["AIRFLOW__CORE__LOAD_EXAMPLES"] = "False"
 os.environ["AIRFLOW__CORE__DAGS_FOLDER"] = str(ROOT / "example_dags")
+# Airflow 3's dag.test() runs only DAGs it can find in a bundle: the examples and the tests' own DAGs.
+_BUNDLE = "airflow.dag_processing.bundles.local.LocalDagBundle"
+os.environ["AIRFLOW__DAG_PROCESSOR__DAG_BUNDLE_CONFIG_LIST"] = json.dumps(
+    [
+        {"name": "dags-folder", "classpath": _BUNDLE, "kwargs": {"path": str(ROOT / "example_dags")}},
+        {"name": "test-dags", "classpath": _BUNDLE, "kwargs": {"path": str(ROOT / "tests" / "dags")}},
+    ]
+)
 os.environ.setdefault("AIRFLOW__CORE__UNIT_TEST_MODE", "False")
 
 

@@ -107,7 +107,7 @@ def test_keyfile_dict_connection(slurmapi_emulator, monkeypatch):
 
 
 def test_impersonation_chain(slurmapi_emulator, monkeypatch):
-    target = f"runner@{slurmapi_emulator.project}.iam.gserviceaccount.com"
+    target = slurmapi_emulator.impersonation_targets[0]
     hook = use_connection(monkeypatch, slurmapi_emulator, conn_id="slurmapi_imp", impersonation_chain=target)
     ok, message = hook.test_connection()
     assert ok, message

@@ -2,16 +2,26 @@
 
 from __future__ import annotations
 
-from datetime import datetime
+import importlib.util
+from pathlib import Path
+from types import ModuleType
 
 import pytest
-from airflow.providers.common.compat.sdk import DAG
-
-from airflow_provider_slurmapi.operators.slurmapi import SlurmCancelJobOperator, SlurmSubmitJobOperator
-from airflow_provider_slurmapi.sensors.slurmapi import SlurmJobSensor
 
 CWD = "/home/tester"
+ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.usefixtures("airflow_db")
+
+
+def load(path: Path) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+TEST_DAGS = load(ROOT / "tests" / "dags" / "slurm_test_dags.py").DAGS
 
 
 @pytest.fixture
@@ -19,33 +29,19 @@ def emu(slurmapi_emulator):
     return slurmapi_emulator
 
 
-def run(dag):
-    dag_run = dag.test()
+def run(dag_id: str):
+    dag_run = TEST_DAGS[dag_id].test()
     return dag_run, {ti.task_id: ti for ti in dag_run.get_task_instances()}
 
 
-def make_dag(dag_id, build):
-    with DAG(dag_id=dag_id, schedule=None, start_date=datetime(2026, 1, 1), catchup=False) as dag:
-        build()
-    return dag
+def state(ti) -> str:
+    return str(ti.state).rsplit(".", 1)[-1].lower()
 
 
 @pytest.mark.parametrize("deferrable", [False, True])
 def test_submit_and_wait(emu, deferrable):
-    dag = make_dag(
-        f"submit_wait_{deferrable}",
-        lambda: SlurmSubmitJobOperator(
-            task_id="train",
-            script="#!/bin/bash\necho epoch=$EPOCHS > result.txt\ncat result.txt\n",
-            environment={"EPOCHS": "{{ 2 + 3 }}"},
-            current_working_directory=CWD,
-            time_limit=5,
-            deferrable=deferrable,
-            poll_interval=0.2,
-        ),
-    )
-    _, tis = run(dag)
-    assert str(tis["train"].state).endswith("success")
+    _, tis = run(f"submit_wait_{deferrable}")
+    assert state(tis["train"]) == "success"
     job_id = tis["train"].xcom_pull(task_ids="train")
     job = emu.job(job_id)
     assert job["state"] == ["COMPLETED"]
@@ -55,145 +51,86 @@ def test_submit_and_wait(emu, deferrable):
     assert summary["state"] == "COMPLETED" and summary["exit_code"] == 0
     assert summary["standard_output"] == f"{CWD}/slurm-{job_id}.out"
     link = tis["train"].xcom_pull(task_ids="train", key="slurm_job_link")
-    assert link["job_id"] == str(job_id) and str(job_id) in link["url"]
+    assert link["job_id"] == str(job_id)
 
 
 @pytest.mark.parametrize("deferrable", [False, True])
 def test_failed_job_fails_the_task_without_retry(emu, deferrable):
-    dag = make_dag(
-        f"submit_fail_{deferrable}",
-        lambda: SlurmSubmitJobOperator(
-            task_id="train",
-            script="#!/bin/bash\necho boom >&2\nexit 3\n",
-            current_working_directory=CWD,
-            deferrable=deferrable,
-            poll_interval=0.2,
-            retries=2,
-        ),
-    )
-    _, tis = run(dag)
-    assert str(tis["train"].state).endswith("failed")
+    _, tis = run(f"submit_fail_{deferrable}")
+    assert state(tis["train"]) == "failed"
     job_id = tis["train"].xcom_pull(task_ids="train", key="slurm_job_id")
     assert emu.job(job_id)["state"] == ["FAILED"]
-    assert tis["train"].try_number == 1
     assert len(emu.jobs()) == 1
 
 
 def test_rejected_spec_submits_nothing(emu):
-    dag = make_dag(
-        "submit_rejected",
-        lambda: SlurmSubmitJobOperator(
-            task_id="train", script="#!/bin/bash\ntrue\n", partition="nope", current_working_directory=CWD, retries=3
-        ),
-    )
-    _, tis = run(dag)
-    assert str(tis["train"].state).endswith("failed")
+    _, tis = run("submit_rejected")
+    assert state(tis["train"]) == "failed"
     assert emu.jobs() == []
 
 
 def test_missing_working_directory_fails_before_sending(emu):
-    dag = make_dag("submit_no_cwd", lambda: SlurmSubmitJobOperator(task_id="train", script="#!/bin/bash\ntrue\n"))
-    _, tis = run(dag)
-    assert str(tis["train"].state).endswith("failed")
+    _, tis = run("submit_no_cwd")
+    assert state(tis["train"]) == "failed"
     assert not [c for c in emu.calls if "submit" in c[1]]
 
 
 def test_convenience_arguments_reach_slurm(emu):
-    dag = make_dag(
-        "submit_fields",
-        lambda: SlurmSubmitJobOperator(
-            task_id="train",
-            script="#!/bin/bash\ntrue\n",
-            name="my-run",
-            partition="gpu",
-            nodes=2,
-            gpus_per_node=4,
-            current_working_directory=CWD,
-            standard_output="out-%j-%x.log",
-            job={"comment": "from the job dict", "name": "explicit-wins"},
-            poll_interval=0.2,
-        ),
-    )
-    _, tis = run(dag)
+    _, tis = run("submit_fields")
     job_id = tis["train"].xcom_pull(task_ids="train")
     job = emu.job(job_id)
     assert job["name"] == "explicit-wins"
     assert job["partition"] == "gpu"
-    assert job["comment"] == "airflow-ti:submit_fields/train/" + tis["train"].run_id + "/-1 from the job dict"
+    assert job["comment"] == f"airflow-ti:submit_fields/train/{tis['train'].run_id}/-1 from the job dict"
     assert job["standard_output"] == f"{CWD}/out-{job_id}-explicit-wins.log"
 
 
 def test_sensor_gates_on_a_job_submitted_elsewhere(emu):
-    dag = make_dag(
-        "sensor_gate",
-        lambda: [
-            SlurmSubmitJobOperator(
-                task_id="submit",
-                script="#!/bin/bash\nsleep 1\n",
-                current_working_directory=CWD,
-                wait_for_completion=False,
-            )
-            >> SlurmJobSensor(task_id="wait", job_id="{{ ti.xcom_pull(task_ids='submit') }}", poke_interval=0.2),
-        ],
-    )
-    _, tis = run(dag)
-    assert str(tis["wait"].state).endswith("success")
-    job_id = tis["submit"].xcom_pull(task_ids="submit")
-    assert emu.job(job_id)["state"] == ["COMPLETED"]
+    _, tis = run("sensor_gate")
+    assert state(tis["wait"]) == "success"
+    assert emu.job(tis["submit"].xcom_pull(task_ids="submit"))["state"] == ["COMPLETED"]
 
 
 @pytest.mark.parametrize("deferrable", [False, True])
 def test_sensor_fails_on_a_failed_job_or_skips_with_soft_fail(emu, deferrable):
-    def build():
-        submit = SlurmSubmitJobOperator(
-            task_id="submit", script="#!/bin/bash\nexit 1\n", current_working_directory=CWD, wait_for_completion=False
-        )
-        hard = SlurmJobSensor(
-            task_id="hard", job_id="{{ ti.xcom_pull(task_ids='submit') }}", poke_interval=0.2, deferrable=deferrable
-        )
-        soft = SlurmJobSensor(
-            task_id="soft",
-            job_id="{{ ti.xcom_pull(task_ids='submit') }}",
-            poke_interval=0.2,
-            soft_fail=True,
-            deferrable=deferrable,
-        )
-        submit >> [hard, soft]
-
-    _, tis = run(make_dag(f"sensor_fail_{deferrable}", build))
-    assert str(tis["hard"].state).endswith("failed")
-    assert str(tis["soft"].state).endswith("skipped")
+    _, tis = run(f"sensor_fail_{deferrable}")
+    assert state(tis["hard"]) == "failed"
+    assert state(tis["soft"]) == "skipped"
 
 
 def test_cancel_operator(emu):
-    def build():
-        submit = SlurmSubmitJobOperator(
-            task_id="submit",
-            script="#!/bin/bash\nsleep 300\n",
-            current_working_directory=CWD,
-            wait_for_completion=False,
-        )
-        submit >> SlurmCancelJobOperator(
-            task_id="cancel", job_id="{{ ti.xcom_pull(task_ids='submit') }}", poll_interval=0.1
-        )
+    _, tis = run("cancel_op")
+    assert state(tis["cancel"]) == "success"
+    assert emu.job(tis["submit"].xcom_pull(task_ids="submit"))["state"] == ["CANCELLED"]
 
-    _, tis = run(make_dag("cancel_op", build))
-    assert str(tis["cancel"].state).endswith("success")
-    job_id = tis["submit"].xcom_pull(task_ids="submit")
-    assert emu.job(job_id)["state"] == ["CANCELLED"]
+
+@pytest.mark.parametrize("deferrable", [False, True])
+def test_execution_timeout_cancels_the_job(emu, deferrable):
+    _, tis = run(f"timeout_{deferrable}")
+    assert state(tis["train"]) == "failed"
+    job_id = tis["train"].xcom_pull(task_ids="train", key="slurm_job_id")
+    emu.wait_for_state(job_id, ["CANCELLED"], timeout=30)
+
+
+def test_a_rerun_reattaches_to_the_completed_job(emu):
+    _, first = run("reattach")
+    job_id = first["train"].xcom_pull(task_ids="train")
+    from airflow_provider_slurmapi.api.jobs import JobSpec
+    from airflow_provider_slurmapi.hooks.slurmapi import SlurmJobApiHook
+
+    # The same task instance tried again (same tag): the COMPLETED job is reused, nothing is submitted.
+    tag = emu.job(job_id)["comment"]
+    spec = JobSpec.build("#!/bin/bash\nsleep 2\n", {"current_working_directory": CWD, "comment": tag})
+    outcome = SlurmJobApiHook().submit_once(spec, tag)
+    assert outcome.reattached and outcome.job_id == job_id
+    assert len(emu.jobs()) == 1
 
 
 def test_example_dag_runs_end_to_end(emu):
-    import importlib.util
-    from pathlib import Path
-
-    path = Path(__file__).resolve().parents[2] / "example_dags" / "example_slurm_training.py"
-    spec = importlib.util.spec_from_file_location("example_slurm_training", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    dag_run, tis = run(module.dag)
-    assert str(dag_run.state).endswith("success")
+    module = load(ROOT / "example_dags" / "example_slurm_training.py")
+    dag_run = module.dag.test()
+    tis = {ti.task_id: ti for ti in dag_run.get_task_instances()}
+    assert {k: state(v) for k, v in tis.items()} == dict.fromkeys(tis, "success")
     train_id = tis["train"].xcom_pull(task_ids="train")
     assert "checkpoint written" in emu.read_output(train_id)
     assert emu.job(train_id)["partition"] == "gpu"

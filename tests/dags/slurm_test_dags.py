@@ -1,0 +1,104 @@
+"""DAGs the integration tests run with dag.test(); they live in a DAG bundle so Airflow 3 can serialize them."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from airflow.providers.common.compat.sdk import DAG
+
+from airflow_provider_slurmapi.operators.slurmapi import SlurmCancelJobOperator, SlurmSubmitJobOperator
+from airflow_provider_slurmapi.sensors.slurmapi import SlurmJobSensor
+
+CWD = "/home/tester"
+DAGS: dict[str, DAG] = {}
+
+
+def _dag(dag_id: str) -> DAG:
+    dag = DAG(dag_id=dag_id, schedule=None, start_date=datetime(2026, 1, 1), catchup=False)
+    DAGS[dag_id] = dag
+    return dag
+
+
+for deferrable in (False, True):
+    with _dag(f"submit_wait_{deferrable}"):
+        SlurmSubmitJobOperator(
+            task_id="train",
+            script="#!/bin/bash\necho epoch=$EPOCHS > result.txt\ncat result.txt\n",
+            environment={"EPOCHS": "{{ 2 + 3 }}"},
+            current_working_directory=CWD,
+            time_limit=5,
+            deferrable=deferrable,
+            poll_interval=0.2,
+        )
+    with _dag(f"submit_fail_{deferrable}"):
+        SlurmSubmitJobOperator(
+            task_id="train",
+            script="#!/bin/bash\necho boom >&2\nexit 3\n",
+            current_working_directory=CWD,
+            deferrable=deferrable,
+            poll_interval=0.2,
+            retries=2,
+        )
+    with _dag(f"sensor_fail_{deferrable}"):
+        submit = SlurmSubmitJobOperator(
+            task_id="submit", script="#!/bin/bash\nexit 1\n", current_working_directory=CWD, wait_for_completion=False
+        )
+        hard = SlurmJobSensor(
+            task_id="hard", job_id="{{ ti.xcom_pull(task_ids='submit') }}", poke_interval=0.2, deferrable=deferrable
+        )
+        soft = SlurmJobSensor(
+            task_id="soft",
+            job_id="{{ ti.xcom_pull(task_ids='submit') }}",
+            poke_interval=0.2,
+            soft_fail=True,
+            deferrable=deferrable,
+        )
+        submit >> [hard, soft]
+    with _dag(f"timeout_{deferrable}"):
+        from datetime import timedelta
+
+        SlurmSubmitJobOperator(
+            task_id="train",
+            script="#!/bin/bash\nsleep 300\n",
+            current_working_directory=CWD,
+            deferrable=deferrable,
+            poll_interval=0.2,
+            execution_timeout=timedelta(seconds=3),
+        )
+
+with _dag("submit_rejected"):
+    SlurmSubmitJobOperator(
+        task_id="train", script="#!/bin/bash\ntrue\n", partition="nope", current_working_directory=CWD, retries=3
+    )
+
+with _dag("submit_no_cwd"):
+    SlurmSubmitJobOperator(task_id="train", script="#!/bin/bash\ntrue\n")
+
+with _dag("submit_fields"):
+    SlurmSubmitJobOperator(
+        task_id="train",
+        script="#!/bin/bash\ntrue\n",
+        name="my-run",
+        partition="gpu",
+        nodes=2,
+        gpus_per_node=4,
+        current_working_directory=CWD,
+        standard_output="out-%j-%x.log",
+        job={"comment": "from the job dict", "name": "explicit-wins"},
+        poll_interval=0.2,
+    )
+
+with _dag("sensor_gate"):
+    SlurmSubmitJobOperator(
+        task_id="submit", script="#!/bin/bash\nsleep 1\n", current_working_directory=CWD, wait_for_completion=False
+    ) >> SlurmJobSensor(task_id="wait", job_id="{{ ti.xcom_pull(task_ids='submit') }}", poke_interval=0.2)
+
+with _dag("cancel_op"):
+    SlurmSubmitJobOperator(
+        task_id="submit", script="#!/bin/bash\nsleep 300\n", current_working_directory=CWD, wait_for_completion=False
+    ) >> SlurmCancelJobOperator(task_id="cancel", job_id="{{ ti.xcom_pull(task_ids='submit') }}", poll_interval=0.1)
+
+with _dag("reattach"):
+    SlurmSubmitJobOperator(
+        task_id="train", script="#!/bin/bash\nsleep 2\n", current_working_directory=CWD, poll_interval=0.2
+    )
