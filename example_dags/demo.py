@@ -20,10 +20,12 @@ os.environ.setdefault("AIRFLOW__CORE__DAGS_FOLDER", str(HERE))
 
 
 def migrate() -> None:
-    if not (Path(os.environ["AIRFLOW_HOME"]) / "airflow.db").exists():
+    marker = Path(os.environ["AIRFLOW_HOME"]) / ".migrated"
+    if not marker.exists():
         print("Preparing Airflow's database (first run only)...", flush=True)
         airflow = Path(sys.executable).parent / "airflow"
         subprocess.run([str(airflow), "db", "migrate"], check=True, stdout=subprocess.DEVNULL)
+        marker.touch()
 
 
 def main() -> int:

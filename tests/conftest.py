@@ -30,7 +30,10 @@ os.environ.setdefault("AIRFLOW__CORE__UNIT_TEST_MODE", "False")
 @pytest.fixture(scope="session")
 def airflow_db() -> str:
     """Airflow's metadata database, migrated once per session (SQLite in the private AIRFLOW_HOME)."""
-    if not (Path(_HOME) / "airflow.db").exists():
+    # Importing Airflow can create an empty airflow.db, so the marker, not the file, says "migrated".
+    marker = Path(_HOME) / ".migrated"
+    if not marker.exists():
         airflow = Path(sys.executable).parent / "airflow"
         subprocess.run([str(airflow), "db", "migrate"], check=True, capture_output=True)
+        marker.touch()
     return _HOME
