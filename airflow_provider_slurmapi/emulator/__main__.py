@@ -1,0 +1,92 @@
+"""``python -m airflow_provider_slurmapi.emulator``: run the emulator in the foreground until Ctrl-C/SIGTERM."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+import threading
+from collections.abc import Sequence
+from types import FrameType
+
+from .app import DEFAULT_PARTITIONS, SlurmJobApiEmulator
+
+
+def _partition(text: str) -> tuple[str, int]:
+    name, sep, count = text.partition("=")
+    if not sep or not name or not count.isdigit() or int(count) < 1:
+        raise argparse.ArgumentTypeError(f"expected NAME=NODES, got {text!r}")
+    return name, int(count)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m airflow_provider_slurmapi.emulator", description=__doc__)
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=0, help="0 picks a free port")
+    parser.add_argument("--state-dir", default=None, help="job files and the key file (default: a temp dir)")
+    parser.add_argument("--project", default="demo-project")
+    parser.add_argument("--region", default="us-central1")
+    parser.add_argument("--cluster", default="demo-cluster")
+    parser.add_argument("--min-job-age", type=float, default=300.0, help="seconds a finished job stays queued")
+    parser.add_argument("--minute-seconds", type=float, default=60.0, help="real seconds per Slurm minute")
+    parser.add_argument("--accounting-delay", type=float, default=0.0)
+    parser.add_argument("--token-lifetime", type=int, default=3600)
+    parser.add_argument("--simulate", action="store_true", help="simulate job runs instead of running scripts")
+    parser.add_argument(
+        "--partition",
+        type=_partition,
+        action="append",
+        metavar="NAME=NODES",
+        help=f"repeatable; the first is the default partition (default: {DEFAULT_PARTITIONS})",
+    )
+    parser.add_argument("--quiet", action="store_true", help="do not log each call")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    partitions = dict(args.partition) if args.partition else dict(DEFAULT_PARTITIONS)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", stream=sys.stderr)
+    emulator = SlurmJobApiEmulator(
+        host=args.host,
+        port=args.port,
+        project=args.project,
+        region=args.region,
+        cluster=args.cluster,
+        partitions=partitions,
+        default_partition=next(iter(partitions)),
+        state_dir=args.state_dir,
+        min_job_age=args.min_job_age,
+        minute_seconds=args.minute_seconds,
+        accounting_delay=args.accounting_delay,
+        token_lifetime=args.token_lifetime,
+        simulate=args.simulate,
+        log_calls=not args.quiet,
+    )
+    stopping = threading.Event()
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        stopping.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    emulator.start()
+    try:
+        print(f"Slurm Job API emulator listening on {emulator.endpoint}")
+        print(f"service account: {emulator.service_account_email}")
+        print(f"key file: {emulator.key_path}")
+        print(f"connection: {emulator.connection_json()}")
+        print(f"export AIRFLOW_CONN_SLURMAPI_DEFAULT='{emulator.connection_json()}'")
+        sys.stdout.flush()
+        while not stopping.wait(0.5):
+            pass
+    finally:
+        emulator.stop()
+        print("emulator stopped")
+        sys.stdout.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

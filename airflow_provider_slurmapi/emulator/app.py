@@ -1,0 +1,312 @@
+"""``SlurmJobApiEmulator``: the Slurm Job API of a Google Cloud training cluster, on loopback."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+import threading
+from collections.abc import Iterable
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+from urllib.parse import quote
+
+from .auth import TokenAuthority, new_service_account, write_keyfile
+from .cluster import Cluster
+from .faults import FaultInjector
+from .jobs import Job
+from .notation import hostlist
+from .server import Call, EmulatorHTTPServer, Frontend
+from .slurmrest import SlurmRest
+
+DEFAULT_PARTITIONS = {"debug": 4, "gpu": 2}
+
+
+class SlurmJobApiEmulator:
+    """A local callSlurmRestApi endpoint with Google auth, real job processes and Slurm's reply shapes.
+
+    Use it as a context manager (``with SlurmJobApiEmulator() as emu: ...``) or call ``start``/``stop``.
+    """
+
+    def __init__(
+        self,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        project: str = "demo-project",
+        region: str = "us-central1",
+        cluster: str = "demo-cluster",
+        partitions: dict[str, int] | None = None,
+        default_partition: str = "debug",
+        state_dir: str | Path | None = None,
+        min_job_age: float = 300.0,
+        minute_seconds: float = 60.0,
+        accounting_delay: float = 0.0,
+        token_lifetime: int = 3600,
+        simulate: bool = False,
+        allowed_principals: Iterable[str] | None = None,
+        log_calls: bool = False,
+        impersonation_targets: Iterable[str] | None = None,
+        seed: int | None = None,
+        completing_time: float = 0.3,
+        kill_wait: float = 2.0,
+    ) -> None:
+        self.host = host
+        self.port = port
+        self.project = project
+        self.region = region
+        self.cluster = cluster
+        self.partitions = dict(partitions or DEFAULT_PARTITIONS)
+        if default_partition not in self.partitions:
+            raise ValueError(f"default partition {default_partition!r} is not in {sorted(self.partitions)}")
+        self.default_partition = default_partition
+        self._own_state_dir = state_dir is None
+        self.state_dir = Path(state_dir) if state_dir is not None else Path(tempfile.mkdtemp(prefix="slurmapi-emu-"))
+        self.min_job_age = min_job_age
+        self.minute_seconds = minute_seconds
+        self.accounting_delay = accounting_delay
+        self.token_lifetime = token_lifetime
+        self.simulate = simulate
+        self.log_calls = log_calls
+        self.service_account_email = f"airflow@{project}.iam.gserviceaccount.com"
+        self.impersonation_targets = list(
+            impersonation_targets
+            if impersonation_targets is not None
+            else [f"slurm-runner@{project}.iam.gserviceaccount.com"]
+        )
+        known = {self.service_account_email, *self.impersonation_targets}
+        self.allowed_principals = set(allowed_principals) if allowed_principals is not None else set(known)
+        self.faults = FaultInjector(seed)
+        self._cluster = Cluster(
+            name=cluster,
+            partitions=self.partitions,
+            default_partition=default_partition,
+            state_dir=self.state_dir,
+            min_job_age=min_job_age,
+            minute_seconds=minute_seconds,
+            accounting_delay=accounting_delay,
+            simulate=simulate,
+            completing_time=completing_time,
+            kill_wait=kill_wait,
+        )
+        self._slurm = SlurmRest(self._cluster)
+        self._server: EmulatorHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+        self._frontend: Frontend | None = None
+        self._known_accounts = known
+        self.endpoint = ""
+        self.token_uri = ""
+        self.key_path = ""
+        self.keyfile_dict: dict[str, Any] = {}
+
+    # ---- lifecycle -------------------------------------------------------------------------------
+
+    def start(self) -> SlurmJobApiEmulator:
+        """Bind the port, write the service-account key file, start serving and scheduling."""
+        if self._server is not None:
+            return self
+        authority = TokenAuthority("", self.token_lifetime)
+        self._frontend = Frontend(
+            project=self.project,
+            region=self.region,
+            cluster=self.cluster,
+            authority=authority,
+            slurm=self._slurm,
+            faults=self.faults,
+            allowed_principals=self.allowed_principals,
+            service_accounts=self._known_accounts,
+            log_calls=self.log_calls,
+        )
+        self._server = EmulatorHTTPServer((self.host, self.port), self._frontend)
+        self.port = self._server.server_address[1]
+        self.endpoint = f"http://{self.host}:{self.port}"
+        self.token_uri = f"{self.endpoint}/token"
+        authority.token_uri = self.token_uri
+        key = new_service_account(self.service_account_email)
+        authority.add_key(key)
+        self.keyfile_dict = key.keyfile_dict(self.project, self.token_uri)
+        key_path = self.state_dir / "service-account-key.json"
+        write_keyfile(key_path, self.keyfile_dict)
+        self.key_path = str(key_path)
+        self._cluster.start()
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, kwargs={"poll_interval": 0.1}, name="slurmapi-emulator-http"
+        )
+        self._thread.daemon = True
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop serving, kill and reap every job process, join every thread; remove a temporary state dir."""
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.close_connections()
+            self._server.server_close()
+            self._server = None
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+            self._thread = None
+        self._cluster.stop()
+        if self._own_state_dir:
+            shutil.rmtree(self.state_dir, ignore_errors=True)
+
+    def __enter__(self) -> SlurmJobApiEmulator:
+        return self.start()
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+    # ---- connection helpers ----------------------------------------------------------------------
+
+    def impersonation_url(self, email: str) -> str:
+        """The ``iam_endpoint_override`` for google-auth's impersonated credentials of ``email``."""
+        return f"{self.endpoint}/v1/projects/-/serviceAccounts/{email}:generateAccessToken"
+
+    def connection_extra(self, **overrides: Any) -> dict[str, Any]:
+        extra: dict[str, Any] = {
+            "project_id": self.project,
+            "region": self.region,
+            "cluster_id": self.cluster,
+            "endpoint": self.endpoint,
+            "key_path": self.key_path,
+        }
+        extra.update(overrides)
+        return extra
+
+    def connection_json(self, **overrides: Any) -> str:
+        return json.dumps({"conn_type": "slurmapi", "extra": self.connection_extra(**overrides)})
+
+    def connection_uri(self, **overrides: Any) -> str:
+        return "slurmapi://?__extra__=" + quote(json.dumps(self.connection_extra(**overrides)), safe="")
+
+    def airflow_env(self, conn_id: str = "slurmapi_default", **overrides: Any) -> dict[str, str]:
+        return {f"AIRFLOW_CONN_{conn_id.upper()}": self.connection_json(**overrides)}
+
+    # ---- inspection ------------------------------------------------------------------------------
+
+    @property
+    def calls(self) -> list[Call]:
+        """Every callSlurmRestApi request so far: ``(method, slurm_path, http_status)``; 0 = no reply."""
+        if self._frontend is None:
+            return []
+        with self._frontend.calls_lock:
+            return list(self._frontend.calls)
+
+    @property
+    def token_requests(self) -> int:
+        return self._frontend.authority.token_requests if self._frontend is not None else 0
+
+    def job(self, job_id: int) -> dict[str, Any]:
+        """A snapshot of one job for tests; ``KeyError`` if the emulator never had it."""
+        with self._cluster.lock:
+            job = self._cluster.get(job_id)
+            if job is None:
+                raise KeyError(job_id)
+            return _snapshot(job)
+
+    def jobs(self) -> list[dict[str, Any]]:
+        with self._cluster.lock:
+            return [_snapshot(job) for job in self._cluster.all_jobs()]
+
+    def wait_for_state(self, job_id: int, states: str | Iterable[str], timeout: float = 30.0) -> dict[str, Any]:
+        """Block until the job's state is one of ``states``; ``TimeoutError`` otherwise.
+
+        ``"CANCELLED"`` matches only the final ``["CANCELLED"]``; list ``"COMPLETING"`` too to match
+        ``["CANCELLED", "COMPLETING"]``.
+        """
+        wanted = frozenset([states] if isinstance(states, str) else states)
+        with self._cluster.lock:
+            return _snapshot(self._cluster.wait_for(job_id, wanted, timeout))
+
+    def wait_for_purge(self, job_id: int, timeout: float = 30.0) -> dict[str, Any]:
+        """Block until the job has left the active queue (MinJobAge or ``purge``)."""
+        with self._cluster.lock:
+            return _snapshot(self._cluster.wait_until(job_id, lambda job: not job.in_queue, timeout, "leave the queue"))
+
+    @property
+    def spawned_pids(self) -> list[int]:
+        """Process ids of every batch script started so far (each one leads its own session)."""
+        with self._cluster.lock:
+            return list(self._cluster.spawned_pids)
+
+    def host_path(self, cluster_path: str) -> Path:
+        """Where a cluster-side path (e.g. ``/home/user/slurm-5.out``) lives on this machine."""
+        return self._cluster.host_path(cluster_path)
+
+    def read_output(self, job_id: int, stream: str = "stdout") -> str:
+        """The job's standard output (or ``stream="stderr"``) so far; ``""`` if nothing was written."""
+        with self._cluster.lock:
+            job = self._cluster.get(job_id)
+            if job is None:
+                raise KeyError(job_id)
+            path = job.stdout_path if stream == "stdout" else job.stderr_path
+        host = self.host_path(path)
+        return host.read_text(encoding="utf-8", errors="replace") if host.exists() else ""
+
+    # ---- faults and operator actions -------------------------------------------------------------
+
+    def inject_fault(
+        self,
+        kind: str,
+        count: int | None = 1,
+        path_contains: str | None = None,
+        method: str | None = None,
+        delay: float = 1.0,
+        probability: float = 1.0,
+    ) -> None:
+        """Arm a fault for the next ``count`` matching calls (``None``: until ``clear_faults``)."""
+        self.faults.inject(kind, count, path_contains, method, delay, probability)
+
+    def clear_faults(self) -> None:
+        self.faults.clear()
+
+    def set_slurmdbd_down(self, down: bool = True) -> None:
+        self._slurm.slurmdbd_down = down
+
+    def purge(self, job_id: int) -> None:
+        """Drop a job (or an array) from the active queue now, as MinJobAge would later."""
+        self._cluster.purge(job_id)
+
+    def fail_job(self, job_id: int, state: str = "NODE_FAIL", requeue: bool = False) -> None:
+        """A running job's node fails (or it is preempted): ``state``, or back to PENDING if ``requeue``."""
+        self._cluster.fail_job(job_id, state, requeue)
+
+    def expire_tokens(self) -> None:
+        """Invalidate every access token issued so far: the next call with one gets 401."""
+        if self._frontend is not None:
+            self._frontend.authority.expire_all()
+
+
+def _snapshot(job: Job) -> dict[str, Any]:
+    req = job.request
+    return {
+        "job_id": job.job_id,
+        "name": req.name,
+        "state": list(job.state),
+        "reason": job.reason,
+        "exit_code": job.return_code,
+        "signal": job.signal,
+        "exit_status": job.exit_status,
+        "partition": req.partition,
+        "nodes": list(job.nodes),
+        "node_list": hostlist(job.nodes),
+        "comment": req.comment,
+        "standard_output": job.stdout_path,
+        "standard_error": job.stderr_path,
+        "working_directory": req.current_working_directory,
+        "array_job_id": job.array_job_id or None,
+        "array_task_id": job.array_task_id,
+        "dependency": req.dependency,
+        "hold": job.held,
+        "time_limit": req.time_limit,
+        "restart_cnt": job.restart_cnt,
+        "submit_time": job.submit_time,
+        "start_time": job.start_time,
+        "end_time": job.end_time,
+        "user": job.user,
+        "pid": job.proc.pid if job.proc is not None else None,
+        "in_queue": job.in_queue,
+    }

@@ -1,0 +1,85 @@
+"""Injected faults: what can go wrong between a client and the Slurm Job API, on demand and seedable."""
+
+from __future__ import annotations
+
+import random
+import threading
+from dataclasses import dataclass
+
+# Google-level errors a fault answers with: (HTTP status, Google status, message).
+GOOGLE_ERRORS: dict[str, tuple[int, str, str]] = {
+    "unavailable": (503, "UNAVAILABLE", "The service is currently unavailable."),
+    "resource_exhausted": (429, "RESOURCE_EXHAUSTED", "Quota exceeded for quota metric 'Requests'."),
+    "internal": (500, "INTERNAL", "Internal error encountered."),
+}
+KINDS = frozenset({*GOOGLE_ERRORS, "slurmdbd_down", "reset", "slow", "malformed", "token_error", "lost_reply"})
+_METHODS = {"GET": "HTTP_METHOD_GET", "POST": "HTTP_METHOD_POST", "DELETE": "HTTP_METHOD_DELETE"}
+
+
+@dataclass
+class Fault:
+    """One armed fault; ``count`` None means it never runs out."""
+
+    kind: str
+    count: int | None
+    path_contains: str | None
+    method: str | None
+    delay: float
+    probability: float
+
+    def matches(self, kind_group: str, path: str, method: str) -> bool:
+        if (kind_group == "token") != (self.kind == "token_error"):
+            return False
+        if self.kind == "slurmdbd_down" and not path.startswith("/slurmdb/"):
+            return False
+        if self.path_contains is not None and self.path_contains not in path:
+            return False
+        return self.method is None or self.method == method
+
+
+class FaultInjector:
+    """Armed faults, consumed first-armed first; thread-safe."""
+
+    def __init__(self, seed: int | None = None) -> None:
+        self._faults: list[Fault] = []
+        self._lock = threading.Lock()
+        self._random = random.Random(seed)
+        self.fired: list[str] = []
+
+    def inject(
+        self,
+        kind: str,
+        count: int | None = 1,
+        path_contains: str | None = None,
+        method: str | None = None,
+        delay: float = 1.0,
+        probability: float = 1.0,
+    ) -> Fault:
+        if kind not in KINDS:
+            raise ValueError(f"unknown fault kind {kind!r}; known: {sorted(KINDS)}")
+        if method is not None:
+            method = _METHODS.get(method.upper(), method.upper())
+        fault = Fault(kind, count, path_contains, method, delay, probability)
+        with self._lock:
+            self._faults.append(fault)
+        return fault
+
+    def take(self, kind_group: str, path: str = "", method: str = "") -> Fault | None:
+        """The fault that hits this call, if any (``kind_group`` is ``"call"`` or ``"token"``)."""
+        with self._lock:
+            for fault in self._faults:
+                if not fault.matches(kind_group, path, method):
+                    continue
+                if fault.probability < 1.0 and self._random.random() >= fault.probability:
+                    continue
+                if fault.count is not None:
+                    fault.count -= 1
+                    if fault.count <= 0:
+                        self._faults.remove(fault)
+                self.fired.append(fault.kind)
+                return fault
+        return None
+
+    def clear(self) -> None:
+        with self._lock:
+            self._faults.clear()

@@ -1,0 +1,110 @@
+"""The emulator's job record and the parsed submit request it is made from."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from dataclasses import dataclass, field
+
+from .notation import Dependency
+
+TERMINAL_STATES = frozenset(
+    {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "OUT_OF_MEMORY", "DEADLINE"}
+)
+
+_DIRECTIVE = re.compile(r"^#EMULATOR\s+(.*)$", re.MULTILINE)
+
+
+@dataclass
+class JobRequest:
+    """What a submit asked for, after slurmrestd-like parsing and defaulting."""
+
+    script: str
+    environment: list[str]
+    name: str = ""
+    partition: str = ""
+    node_count: int = 1
+    cpus_per_task: int = 1
+    tasks_per_node: int = 0
+    tasks: int = 1
+    current_working_directory: str = "/tmp"
+    standard_output: str = ""
+    standard_error: str = ""
+    standard_input: str = ""
+    time_limit: int | None = None
+    comment: str = ""
+    dependency: str = ""
+    dependencies: list[Dependency] = field(default_factory=list)
+    hold: bool = False
+    array: str = ""
+    tres_per_node: str = ""
+    memory_per_node: int | None = None
+    account: str = ""
+
+    def directives(self) -> dict[str, str]:
+        """``key=value`` pairs of the script's ``#EMULATOR`` lines (used by simulated runs)."""
+        values: dict[str, str] = {}
+        for line in _DIRECTIVE.findall(self.script):
+            for item in line.split():
+                key, _, value = item.partition("=")
+                values[key] = value
+        return values
+
+
+@dataclass(eq=False)
+class Job:
+    """One job (or one array task) as slurmctld and slurmdbd know it."""
+
+    job_id: int
+    request: JobRequest
+    user: str
+    submit_time: int
+    recorded_at: float
+    array_job_id: int = 0
+    array_task_id: int | None = None
+    array_max_tasks: int = 0
+    state: list[str] = field(default_factory=lambda: ["PENDING"])
+    reason: str = "None"
+    held: bool = False
+    eligible_time: int = 0
+    start_time: int = 0
+    end_time: int = 0
+    nodes: list[str] = field(default_factory=list)
+    return_code: int | None = 0
+    signal: int | None = None
+    exit_status: str = "SUCCESS"
+    restart_cnt: int = 0
+    proc: subprocess.Popen[bytes] | None = None
+    ending: str | None = None
+    completing_until: float = 0.0
+    token: int = 0
+    kill_request_user: str = ""
+    stdout_path: str = ""
+    stderr_path: str = ""
+    stdin_path: str = "/dev/null"
+    in_queue: bool = True
+
+    @property
+    def base_state(self) -> str:
+        return self.state[0]
+
+    @property
+    def is_final(self) -> bool:
+        """Terminal and done completing: nothing about it will change any more."""
+        return self.state[0] in TERMINAL_STATES and len(self.state) == 1
+
+    @property
+    def is_running(self) -> bool:
+        """Holding nodes: running, or being stopped (``COMPLETING``)."""
+        return self.state[0] == "RUNNING" or (self.state[0] in TERMINAL_STATES and not self.is_final)
+
+    @property
+    def display_id(self) -> str:
+        """``"12"``, or ``"12_3"`` for an array task, as ``jobs/state`` prints it."""
+        if self.array_task_id is None:
+            return str(self.job_id)
+        return f"{self.array_job_id}_{self.array_task_id}"
+
+    def matches(self, states: frozenset[str]) -> bool:
+        """True when the base state is wanted and each extra flag (e.g. ``COMPLETING``) is wanted too."""
+        return self.state[0] in states and all(flag in states for flag in self.state[1:])

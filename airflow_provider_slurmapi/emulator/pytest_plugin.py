@@ -1,0 +1,45 @@
+"""pytest plugin: the ``slurmapi_emulator`` fixture, a started emulator with fast clocks per test."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+if TYPE_CHECKING:
+    from .app import SlurmJobApiEmulator
+
+FAST_DEFAULTS: dict[str, Any] = {"min_job_age": 2.0, "minute_seconds": 1.0, "completing_time": 0.2}
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "slurmapi_emulator(**options): keyword arguments for the slurmapi_emulator fixture"
+    )
+
+
+@pytest.fixture
+def slurmapi_emulator(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[SlurmJobApiEmulator]:
+    """A started ``SlurmJobApiEmulator`` (MinJobAge 2 s, a Slurm minute lasts 1 s), as ``slurmapi_default``.
+
+    ``AIRFLOW_CONN_SLURMAPI_DEFAULT`` points at it for the test. Change settings with
+    ``@pytest.mark.slurmapi_emulator(simulate=True, partitions={"debug": 64}, ...)``.
+    """
+    from .app import SlurmJobApiEmulator
+
+    options = dict(FAST_DEFAULTS)
+    marker = request.node.get_closest_marker("slurmapi_emulator")
+    if marker is not None:
+        options.update(marker.kwargs)
+    options.setdefault("state_dir", tmp_path_factory.mktemp("slurmapi-emulator"))
+    emulator = SlurmJobApiEmulator(**options)
+    emulator.start()
+    try:
+        for name, value in emulator.airflow_env().items():
+            monkeypatch.setenv(name, value)
+        yield emulator
+    finally:
+        emulator.stop()

@@ -1,0 +1,215 @@
+"""Job records rendered into the recorded slurmrestd shapes: ``job_info`` and the slurmdb job record."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from .jobs import Job
+from .notation import absolute_path, hostlist
+from .templates import exit_code, number, template
+
+_UNLIMITED_RUN = 365 * 24 * 3600  # slurmctld's expected end of a job without a time limit
+
+
+def _cpus(job: Job) -> int:
+    req = job.request
+    return max(req.cpus_per_task, 1) * max(req.tasks, req.tasks_per_node * req.node_count, 1)
+
+
+def _time_limit(job: Job) -> dict[str, Any]:
+    limit = job.request.time_limit
+    return number(None, infinite=True) if limit is None else number(limit)
+
+
+def _exit_code(job: Job) -> dict[str, Any]:
+    return exit_code(job.return_code, job.signal, job.exit_status)
+
+
+def _started(job: Job) -> bool:
+    return job.base_state != "PENDING" and bool(job.nodes)
+
+
+def job_info(job: Job, cluster: str) -> dict[str, Any]:
+    """One element of ``jobs`` in ``GET /slurm/v0.0.42/job/{id}`` and ``/jobs/``."""
+    info: dict[str, Any] = template("job_info")
+    req = job.request
+    started = _started(job)
+    cpus = _cpus(job)
+    info.update(
+        {
+            "account": req.account or "default",
+            "accrue_time": number(job.eligible_time or (job.submit_time if started else 0)),
+            "array_job_id": number(job.array_job_id),
+            "array_task_id": number(job.array_task_id),
+            "array_max_tasks": number(job.array_max_tasks),
+            "array_task_string": "",
+            "batch_host": job.nodes[0] if started else "",
+            "cluster": cluster,
+            "comment": req.comment,
+            "cpus_per_task": number(req.cpus_per_task),
+            "dependency": req.dependency if job.base_state == "PENDING" else "",
+            "eligible_time": number(job.eligible_time or (job.submit_time if started else 0)),
+            "end_time": number(_end_time(job)),
+            "exit_code": _exit_code(job),
+            "group_name": job.user,
+            "hold": job.held,
+            "job_id": job.job_id,
+            "job_state": list(job.state),
+            "last_sched_evaluation": number(job.start_time or job.submit_time),
+            "mail_user": job.user,
+            "name": req.name,
+            "nodes": hostlist(job.nodes) if started else "",
+            "cpus": number(cpus),
+            "node_count": number(req.node_count),
+            "tasks": number(max(req.tasks, req.tasks_per_node * req.node_count, 1)),
+            "tasks_per_node": number(req.tasks_per_node),
+            "partition": req.partition,
+            "memory_per_node": number(req.memory_per_node or 0),
+            "minimum_cpus_per_node": number(max(req.cpus_per_task, 1)),
+            "priority": number(0 if job.held else 1),
+            "restart_cnt": job.restart_cnt,
+            "start_time": number(job.start_time),
+            "state_reason": job.reason,
+            "standard_error": job.stderr_path,
+            "standard_input": job.stdin_path,
+            "standard_output": job.stdout_path,
+            "submit_time": number(job.submit_time),
+            "time_limit": _time_limit(job),
+            "tres_per_node": req.tres_per_node,
+            "tres_req_str": f"cpu={cpus},node={req.node_count},billing={cpus}",
+            "tres_alloc_str": f"cpu={cpus},node={req.node_count},billing={cpus}" if started else "",
+            "user_name": job.user,
+            "current_working_directory": req.current_working_directory,
+        }
+    )
+    flags = [flag for flag in info["flags"] if flag != "JOB_WAS_RUNNING"]
+    if job.base_state == "RUNNING":
+        flags.insert(0, "JOB_WAS_RUNNING")
+    info["flags"] = flags
+    info["billable_tres"] = (
+        {"set": True, "infinite": False, "number": float(cpus)}
+        if started
+        else {
+            "set": False,
+            "infinite": False,
+            "number": 0.0,
+        }
+    )
+    info["job_resources"] = _job_resources(info["job_resources"], job, cpus) if started else None
+    return info
+
+
+def _end_time(job: Job) -> int:
+    if job.end_time:
+        return job.end_time
+    if job.base_state != "RUNNING":
+        return 0
+    limit = job.request.time_limit
+    return job.start_time + (_UNLIMITED_RUN if limit is None else limit * 60)
+
+
+def _job_resources(resources: dict[str, Any], job: Job, cpus: int) -> dict[str, Any]:
+    nodes = resources["nodes"]
+    allocation = nodes["allocation"][0]
+    per_node = max(cpus // max(len(job.nodes), 1), 1)
+    entries = []
+    for index, name in enumerate(job.nodes):
+        entry = dict(allocation)
+        entry.update({"index": index, "name": name, "cpus": {"count": per_node, "used": 0}})
+        entries.append(entry)
+    nodes.update({"count": len(job.nodes), "list": hostlist(job.nodes), "allocation": entries})
+    resources["cpus"] = cpus
+    return resources
+
+
+def slurmdb_job(job: Job, cluster: str) -> dict[str, Any]:
+    """One element of ``jobs`` in ``GET /slurmdb/v0.0.42/job/{id}`` and ``/jobs/``."""
+    record: dict[str, Any] = template("slurmdb_job")
+    req = job.request
+    started = _started(job)
+    cpus = _cpus(job)
+    now = int(time.time())
+    end = job.end_time if job.is_final or job.end_time else 0
+    record.update(
+        {
+            "account": req.account or "default",
+            "comment": {"administrator": "", "job": req.comment, "system": ""},
+            "allocation_nodes": req.node_count if started else 0,
+            "cluster": cluster,
+            "exit_code": _exit_code(job),
+            "flags": record["flags"] if started else [],
+            "group": job.user,
+            "job_id": job.job_id,
+            "name": req.name,
+            "nodes": hostlist(job.nodes) if started else "None assigned",
+            "partition": req.partition,
+            "hold": job.held,
+            "priority": number(0 if job.held else 1),
+            "kill_request_user": job.kill_request_user,
+            "restart_cnt": job.restart_cnt,
+            "stdin_expanded": job.stdin_path if req.standard_input else "",
+            "stdout_expanded": job.stdout_path,
+            "stderr_expanded": job.stderr_path if req.standard_error else "",
+            "stdout": _pattern(job, req.standard_output, "slurm-%A_%a.out" if job.array_job_id else "slurm-%j.out"),
+            "stderr": _pattern(job, req.standard_error, ""),
+            "stdin": _pattern(job, req.standard_input, ""),
+            "state": {"current": [job.base_state], "reason": job.reason},
+            "user": job.user,
+            "working_directory": req.current_working_directory,
+        }
+    )
+    record["association"].update({"account": req.account or "default", "cluster": cluster, "user": job.user})
+    record["array"].update(
+        {
+            "job_id": job.array_job_id,
+            "task_id": number(job.array_task_id),
+            "task": "",
+        }
+    )
+    record["array"]["limits"]["max"]["running"]["tasks"] = job.array_max_tasks
+    record["required"]["CPUs"] = cpus
+    record["required"]["memory_per_node"] = number(req.memory_per_node or 0)
+    times = record["time"]
+    start = job.start_time if started or job.start_time else 0
+    times.update(
+        {
+            "elapsed": max(0, (end or now) - start) if start else 0,
+            "eligible": job.eligible_time,
+            "end": end,
+            "start": start,
+            "submission": job.submit_time,
+            "limit": _time_limit(job),
+        }
+    )
+    times["planned"] = number(max(0, (start or now) - job.submit_time))
+    for entry in record["tres"]["requested"]:
+        entry["count"] = {"cpu": cpus, "node": req.node_count, "billing": cpus}.get(entry["type"], entry["count"])
+    if started:
+        for entry in record["tres"]["allocated"]:
+            entry["count"] = {"cpu": cpus, "node": req.node_count, "billing": cpus}.get(entry["type"], entry["count"])
+        record["steps"] = [_batch_step(record["steps"][0], job, start, end, now)]
+    else:
+        record["tres"]["allocated"] = []
+        record["steps"] = []
+    return record
+
+
+def _pattern(job: Job, pattern: str, default: str) -> str:
+    return absolute_path(job.request.current_working_directory, pattern or default)
+
+
+def _batch_step(step: dict[str, Any], job: Job, start: int, end: int, now: int) -> dict[str, Any]:
+    step["time"].update(
+        {
+            "elapsed": max(0, (end or now) - start),
+            "end": number(end) if end else number(None),
+            "start": number(start),
+        }
+    )
+    step["exit_code"] = _exit_code(job)
+    step["nodes"] = {"count": len(job.nodes), "range": hostlist(job.nodes), "list": list(job.nodes)}
+    step["state"] = [job.base_state]
+    step["kill_request_user"] = job.kill_request_user
+    step["step"] = {"id": f"{job.job_id}.batch", "name": "batch"}
+    return step

@@ -1,0 +1,362 @@
+"""slurmrestd's job endpoints (v0.0.40-v0.0.42) on top of the simulated cluster."""
+
+from __future__ import annotations
+
+import re
+import secrets
+import signal
+import time
+from collections.abc import Callable
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+from .cluster import Cluster, SubmitError
+from .jobs import Job, JobRequest
+from .notation import NotationError, parse_dependency
+from .render import job_info, slurmdb_job
+from .templates import data_type_name, envelope, job_desc_fields, meta, number, record
+
+_PATH = re.compile(r"^/(slurm|slurmdb)/v0\.0\.(40|41|42)/(.*)$")
+_JOB_PATH = re.compile(r"^job/([^/]+)/?$")
+_JOB_ID = re.compile(r"^(\d+)(?:_(\d+))?$")
+
+Reply = tuple[int, dict[str, Any]]
+
+
+class InvalidPath(Exception):
+    """A path slurmrestd does not serve; Google answers INVALID_ARGUMENT for it."""
+
+
+class BodyError(Exception):
+    """A job field slurmrestd's parser would reject."""
+
+    def __init__(self, field: str, value: Any, expected: str) -> None:
+        super().__init__(f"{field}: expected {expected}")
+        self.field = field
+        self.value = value
+        self.expected = expected
+
+
+class SlurmRest:
+    """Maps ``(method, path, body)`` to slurmrestd's ``(status, JSON reply)``."""
+
+    def __init__(self, cluster: Cluster) -> None:
+        self.cluster = cluster
+        self.slurmdbd_down = False
+
+    def call(self, method: str, path: str, body: dict[str, Any] | None, user: str) -> Reply:
+        """Answer one call; raises ``InvalidPath`` for anything slurmrestd would not route."""
+        parts = urlsplit(path)
+        match = _PATH.match(parts.path)
+        if not match:
+            raise InvalidPath(path)
+        service, rest = match.group(1), match.group(3)
+        query = {key: ",".join(values) for key, values in parse_qs(parts.query).items()}
+        handler = self._route(service, method, rest)
+        if handler is None:
+            raise InvalidPath(path)
+        if service == "slurmdb" and self.slurmdbd_down:
+            return 502, self.dbd_down_reply()
+        return handler(rest, query, body or {}, user)
+
+    def _route(self, service: str, method: str, rest: str) -> Callable[..., Reply] | None:
+        routes: dict[tuple[str, str, str], Callable[..., Reply]] = {
+            ("slurm", "POST", "job/submit"): self._submit,
+            ("slurm", "GET", "jobs"): self._jobs,
+            ("slurm", "GET", "jobs/state"): self._jobs_state,
+            ("slurm", "GET", "ping"): self._ping,
+            ("slurmdb", "GET", "jobs"): self._db_jobs,
+            ("slurmdb", "GET", "ping"): self._db_ping,
+        }
+        key = rest.rstrip("/")
+        if (service, method, key) in routes:
+            return routes[(service, method, key)]
+        job_match = _JOB_PATH.match(rest)
+        if job_match and key != "job/submit" and _JOB_ID.match(job_match.group(1)):
+            job_routes: dict[tuple[str, str], Callable[..., Reply]] = {
+                ("slurm", "GET"): self._get_job,
+                ("slurm", "DELETE"): self._cancel,
+                ("slurm", "POST"): self._update,
+                ("slurmdb", "GET"): self._db_job,
+            }
+            return job_routes.get((service, method))
+        return None
+
+    # ---- reply builders ----------------------------------------------------------------------------
+
+    def dbd_down_reply(self) -> dict[str, Any]:
+        """What every /slurmdb path answers (with status 502) while slurmdbd is unreachable."""
+        return self._error_reply("slurmdbd", [record("slurmdbd_down")])
+
+    def _error_reply(self, kind: str, errors: list[dict[str, Any]], warnings: list[Any] | None = None) -> dict:
+        return {"errors": errors, "warnings": warnings or [], "meta": meta(kind, self.cluster.name)}
+
+    def _reply(self, kind: str, **fields: Any) -> dict[str, Any]:
+        return envelope(kind, self.cluster.name, **fields)
+
+    def _lookup(self, text: str) -> list[Job]:
+        """Jobs a path id names: ``12`` (a job, or an array's tasks) or ``12_3`` (one task)."""
+        match = _JOB_ID.match(text)
+        assert match is not None
+        job_id = int(match.group(1))
+        if match.group(2) is None:
+            return self.cluster.active(job_id)
+        task = int(match.group(2))
+        return [job for job in self.cluster.active(job_id) if job.array_task_id == task]
+
+    # ---- /slurm ------------------------------------------------------------------------------------
+
+    def _submit(self, rest: str, query: dict[str, str], body: dict[str, Any], user: str) -> Reply:
+        warnings: list[dict[str, Any]] = []
+        job = body.get("job")
+        if job is None and isinstance(body.get("jobs"), list) and len(body["jobs"]) == 1:
+            job = body["jobs"][0]
+        if not isinstance(job, dict):
+            error = record("no_script")
+            error["description"] = 'Specify a "job" object to submit a batch job'
+            return 422, self._error_reply("slurmctld", [error])
+        for name, value in job.items():
+            if name not in job_desc_fields():
+                warning = record("unknown_field")
+                warning["description"] = (
+                    f'Ignoring unknown field "{name}" of type {data_type_name(value)} in DATA_PARSER_JOB_DESC_MSG'
+                )
+                warning["source"] = f"#/job/{name}/"
+                warnings.append(warning)
+        script = body.get("script") or job.get("script")
+        if not isinstance(script, str) or not script:
+            return 422, self._error_reply("slurmctld", [record("no_script")], warnings)
+        try:
+            request = parse_job(job, script)
+            if not request.environment:
+                return 500, self._error_reply("slurmctld", [record("no_environment")], warnings)
+            job_id = self.cluster.submit(request, user)
+        except BodyError as exc:
+            error = {
+                "description": f'Rejecting field "{exc.field}" of type {data_type_name(exc.value)}: '
+                f"expected {exc.expected}",
+                "error_number": 9202,
+                "error": "Unable to convert data type",
+                "source": f"#/job/{exc.field}/",
+            }
+            return 400, self._error_reply("slurmctld", [error], warnings)
+        except SubmitError as exc:
+            error = record(exc.record)
+            if exc.error:
+                error["error"], error["error_number"] = exc.error, exc.number
+            return exc.status, self._error_reply("slurmctld", [error], warnings)
+        return 200, self._reply("slurmctld", job_id=job_id, step_id="batch", job_submit_user_msg="", warnings=warnings)
+
+    def _get_job(self, rest: str, query: dict[str, str], body: dict[str, Any], user: str) -> Reply:
+        text = rest.split("/")[1]
+        with self.cluster.lock:
+            jobs = [job_info(job, self.cluster.name) for job in self._lookup(text)]
+        if not jobs:
+            error = record("not_found")
+            error["description"] = f"Unable to query JobId={text}"
+            return 404, self._reply(
+                "slurmctld", jobs=[], last_backfill=number(0), last_update=number(0), errors=[error]
+            )
+        return 200, self._reply("slurmctld", jobs=jobs, last_backfill=number(0), last_update=number(int(time.time())))
+
+    def _jobs(self, rest: str, query: dict[str, str], body: dict[str, Any], user: str) -> Reply:
+        with self.cluster.lock:
+            jobs = [job_info(job, self.cluster.name) for job in self.cluster.active_jobs()]
+        return 200, self._reply("slurmctld", jobs=jobs, last_backfill=number(0), last_update=number(int(time.time())))
+
+    def _jobs_state(self, rest: str, query: dict[str, str], body: dict[str, Any], user: str) -> Reply:
+        with self.cluster.lock:
+            if "job_id" in query:
+                jobs: list[Job] = []
+                for text in query["job_id"].split(","):
+                    if _JOB_ID.match(text.strip()):
+                        jobs.extend(self._lookup(text.strip()))
+            else:
+                jobs = self.cluster.active_jobs()
+            states = [{"job_id": job.display_id, "state": list(job.state)} for job in jobs]
+        return 200, self._reply("slurmctld", jobs=states)
+
+    def _cancel(self, rest: str, query: dict[str, str], body: dict[str, Any], user: str) -> Reply:
+        text = rest.split("/")[1]
+        signum = _signal_number(query.get("signal", ""))
+        with self.cluster.lock:
+            jobs = self._lookup(text)
+            problems = [self.cluster.cancel(job, signum, user) for job in jobs]
+        if not jobs:
+            status = record("cancel_not_found")
+            status["step_id"] = text
+            return 200, self._reply("slurmctld", status=[status])
+        if all(problems):
+            status = record("cancel_done")
+            status["step_id"] = text
+            status["job_id"] = number(jobs[0].job_id)
+            return 200, self._reply("slurmctld", status=[status])
+        return 200, self._reply("slurmctld", status=[])
+
+    def _update(self, rest: str, query: dict[str, str], body: dict[str, Any], user: str) -> Reply:
+        text = rest.split("/")[1]
+        with self.cluster.lock:
+            jobs = self._lookup(text)
+            if not jobs:
+                error = record("not_found")
+                error["description"] = f"Job update for JobId={text} failed"
+                return 500, self._error_reply("slurmctld", [error])
+            for job in jobs:
+                if "hold" in body:
+                    self.cluster.release(job, bool(body["hold"]))
+                if isinstance(body.get("comment"), str):
+                    job.request.comment = body["comment"]
+        results = [
+            {"job_id": job.job_id, "step_id": "batch", "error_code": 0, "error": "No error", "why": "Job modified"}
+            for job in jobs
+        ]
+        return 200, self._reply("slurmctld", results=results)
+
+    def _ping(self, rest: str, query: dict[str, str], body: dict[str, Any], user: str) -> Reply:
+        ping = record("ping")
+        ping.update({"hostname": f"{self.cluster.name}-controller", "latency": 100 + secrets.randbelow(900)})
+        return 200, self._reply("slurmctld", pings=[ping])
+
+    # ---- /slurmdb ----------------------------------------------------------------------------------
+
+    def _found_nothing(self) -> dict[str, Any]:
+        warning = record("found_nothing")
+        warning["description"] = f"slurmdb_jobs_get(0x{secrets.randbits(44):012x}) found nothing"
+        return warning
+
+    def _db_job(self, rest: str, query: dict[str, str], body: dict[str, Any], user: str) -> Reply:
+        text = rest.split("/")[1]
+        match = _JOB_ID.match(text)
+        assert match is not None
+        with self.cluster.lock:
+            jobs = self.cluster.accounting(int(match.group(1)))
+            if match.group(2) is not None:
+                jobs = [job for job in jobs if job.array_task_id == int(match.group(2))]
+            records = [slurmdb_job(job, self.cluster.name) for job in jobs]
+        warnings = [] if records else [self._found_nothing()]
+        return 200, self._reply("slurmdbd", jobs=records, warnings=warnings)
+
+    def _db_jobs(self, rest: str, query: dict[str, str], body: dict[str, Any], user: str) -> Reply:
+        filters: dict[str, Callable[[Job], str]] = {
+            "users": lambda job: job.user,
+            "state": lambda job: job.base_state,
+            "job_name": lambda job: job.request.name,
+            "partition": lambda job: job.request.partition,
+            "account": lambda job: job.request.account or "default",
+        }
+        wanted = {
+            key: {value.strip().upper() for value in query[key].split(",") if value.strip()}
+            for key in filters
+            if key in query
+        }
+        with self.cluster.lock:
+            jobs = [
+                job
+                for job in self.cluster.accounting()
+                if all(filters[key](job).upper() in values for key, values in wanted.items())
+            ]
+            records = [slurmdb_job(job, self.cluster.name) for job in jobs]
+        warnings = [] if records else [self._found_nothing()]
+        return 200, self._reply("slurmdbd", jobs=records, warnings=warnings)
+
+    def _db_ping(self, rest: str, query: dict[str, str], body: dict[str, Any], user: str) -> Reply:
+        ping = record("slurmdb_ping")
+        ping.update({"hostname": f"{self.cluster.name}-dbd", "latency": 100 + secrets.randbelow(900)})
+        return 200, self._reply("slurmdbd", pings=[ping])
+
+
+def _signal_number(text: str) -> int | None:
+    text = text.strip().upper().removeprefix("SIG")
+    if not text:
+        return None
+    if text.isdigit():
+        return int(text)
+    try:
+        return int(signal.Signals["SIG" + text])
+    except KeyError:
+        return None
+
+
+# ---- job description parsing ---------------------------------------------------------------------
+
+
+def _int(job: dict[str, Any], field: str, default: int | None) -> int | None:
+    """An integer field given plainly or as a ``{set, infinite, number}`` struct."""
+    value = job.get(field)
+    if value is None:
+        return default
+    if isinstance(value, bool):
+        raise BodyError(field, value, "an integer")
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str) and value.isdigit():
+        return int(value)
+    if isinstance(value, dict) and isinstance(value.get("number", 0), int):
+        if value.get("infinite"):
+            return None
+        if value.get("set", True) is False:
+            return default
+        return int(value.get("number", 0))
+    raise BodyError(field, value, "an integer or a {set, infinite, number} object")
+
+
+def _str(job: dict[str, Any], field: str, default: str = "") -> str:
+    value = job.get(field, default)
+    if value is None:
+        return default
+    if not isinstance(value, str):
+        raise BodyError(field, value, "a string")
+    return value
+
+
+def _node_count(job: dict[str, Any]) -> int:
+    count = _int(job, "minimum_nodes", None)
+    if count is not None:
+        return count
+    nodes = job.get("nodes")
+    if isinstance(nodes, int) and not isinstance(nodes, bool):
+        return nodes
+    if isinstance(nodes, str) and nodes.strip():
+        first = nodes.strip().split("-")[0]
+        if not first.isdigit():
+            raise BodyError("nodes", nodes, 'a node count such as "2" or "2-4"')
+        return int(first)
+    return 1
+
+
+def parse_job(job: dict[str, Any], script: str) -> JobRequest:
+    """A ``v0.0.42_job_desc_msg`` as the emulator's ``JobRequest``."""
+    environment = job.get("environment") or []
+    if not isinstance(environment, list) or not all(isinstance(item, str) for item in environment):
+        raise BodyError("environment", environment, 'a list of "NAME=value" strings')
+    dependency = _str(job, "dependency")
+    try:
+        dependencies = parse_dependency(dependency) if dependency else []
+    except NotationError as exc:
+        raise SubmitError("bad_partition", error="Job dependency problem", number=2038) from exc
+    hold = job.get("hold", False)
+    if not isinstance(hold, bool):
+        raise BodyError("hold", hold, "a boolean")
+    return JobRequest(
+        script=script,
+        environment=list(environment),
+        name=_str(job, "name"),
+        partition=_str(job, "partition"),
+        node_count=_node_count(job),
+        cpus_per_task=_int(job, "cpus_per_task", 1) or 1,
+        tasks_per_node=_int(job, "tasks_per_node", 0) or 0,
+        tasks=_int(job, "tasks", 0) or 0,
+        current_working_directory=_str(job, "current_working_directory", "/tmp") or "/tmp",
+        standard_output=_str(job, "standard_output"),
+        standard_error=_str(job, "standard_error"),
+        standard_input=_str(job, "standard_input"),
+        time_limit=_int(job, "time_limit", None),
+        comment=_str(job, "comment"),
+        dependency=dependency,
+        dependencies=dependencies,
+        hold=hold,
+        array=_str(job, "array"),
+        tres_per_node=_str(job, "tres_per_node"),
+        memory_per_node=_int(job, "memory_per_node", None),
+        account=_str(job, "account"),
+    )

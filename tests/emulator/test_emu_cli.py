@@ -1,0 +1,85 @@
+"""The command line: ``python -m airflow_provider_slurmapi.emulator`` serves, prints, and stops on SIGTERM."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import requests
+from emu_support import V, processes_in_sessions
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_cli_prints_the_connection_and_stops_on_sigterm(tmp_path: Path) -> None:
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "airflow_provider_slurmapi.emulator",
+            "--state-dir",
+            str(tmp_path),
+            "--partition",
+            "batch=2",
+            "--cluster",
+            "cli-cluster",
+            "--min-job-age",
+            "5",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    try:
+        assert proc.stdout is not None
+        lines = [proc.stdout.readline() for _ in range(5)]
+        assert lines[0].startswith("Slurm Job API emulator listening on http://127.0.0.1:")
+        assert lines[2].strip() == f"key file: {tmp_path / 'service-account-key.json'}"
+        connection = json.loads(lines[3].split("connection: ", 1)[1])
+        assert connection["conn_type"] == "slurmapi"
+        extra = connection["extra"]
+        assert extra["cluster_id"] == "cli-cluster" and extra["key_path"] == str(tmp_path / "service-account-key.json")
+        assert lines[4].startswith("export AIRFLOW_CONN_SLURMAPI_DEFAULT='")
+        assert json.loads(lines[4].strip()[len("export AIRFLOW_CONN_SLURMAPI_DEFAULT='") : -1]) == connection
+        from google.auth.transport.requests import AuthorizedSession
+        from google.oauth2 import service_account
+
+        creds = service_account.Credentials.from_service_account_file(
+            extra["key_path"], scopes=["https://www.googleapis.com/auth/cloud-platform"]
+        )
+        url = (
+            f"{extra['endpoint']}/v1beta1/projects/{extra['project_id']}/locations/{extra['region']}"
+            f"/modelDevelopmentClusters/{extra['cluster_id']}:callSlurmRestApi"
+        )
+        with AuthorizedSession(creds) as session:
+            body = {
+                "job": {"name": "cli", "current_working_directory": "/w", "environment": ["A=1"]},
+                "script": "#!/bin/bash\nsleep 60\n",
+            }
+            reply = session.post(
+                url, json={"method": "HTTP_METHOD_POST", "path": f"/slurm/{V}/job/submit", "body": body}
+            ).json()
+            assert reply["status"] == 200
+            job = session.post(
+                url, json={"method": "HTTP_METHOD_GET", "path": f"/slurm/{V}/job/{reply['structuredBody']['job_id']}"}
+            ).json()
+            assert job["structuredBody"]["jobs"][0]["partition"] == "batch"
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=20)
+    assert proc.returncode == 0, err
+    assert "emulator stopped" in out
+    assert f"POST /slurm/{V}/job/submit -> 200" in err, "each call is logged on one line"
+    assert processes_in_sessions({proc.pid}) == []
+    try:
+        requests.get(extra["endpoint"], timeout=2)
+    except requests.ConnectionError:
+        pass
+    else:
+        raise AssertionError("the emulator still answers after SIGTERM")

@@ -1,0 +1,50 @@
+"""The pytest plugin: cheap to load, a started emulator per test, the Airflow connection in the env."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from airflow_provider_slurmapi.emulator import SlurmJobApiEmulator
+
+
+def test_fixture_sets_the_airflow_connection(slurmapi_emulator: SlurmJobApiEmulator) -> None:
+    connection = json.loads(os.environ["AIRFLOW_CONN_SLURMAPI_DEFAULT"])
+    assert connection == json.loads(slurmapi_emulator.connection_json())
+    assert connection["extra"]["endpoint"] == slurmapi_emulator.endpoint
+    assert slurmapi_emulator.min_job_age == 2.0 and slurmapi_emulator.minute_seconds == 1.0
+
+
+@pytest.mark.slurmapi_emulator(cluster="marked", partitions={"big": 16}, default_partition="big")
+def test_marker_overrides(slurmapi_emulator: SlurmJobApiEmulator) -> None:
+    assert slurmapi_emulator.cluster == "marked" and slurmapi_emulator.partitions == {"big": 16}
+
+
+def test_loading_the_plugin_imports_nothing_heavy() -> None:
+    code = (
+        "import sys; import airflow_provider_slurmapi.emulator.pytest_plugin; "
+        "heavy = [m for m in ('airflow', 'cryptography', 'google.auth', 'http.server', "
+        "'airflow_provider_slurmapi.emulator.app') if m in sys.modules]; print(heavy)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def test_connection_helpers() -> None:
+    emu = SlurmJobApiEmulator(project="p", region="r", cluster="c")
+    with emu:
+        extra = emu.connection_extra(timeout=5)
+        assert extra == {
+            "project_id": "p",
+            "region": "r",
+            "cluster_id": "c",
+            "endpoint": emu.endpoint,
+            "key_path": emu.key_path,
+            "timeout": 5,
+        }
+        assert emu.connection_uri().startswith("slurmapi://?__extra__=%7B")
+        assert list(emu.airflow_env("my_conn")) == ["AIRFLOW_CONN_MY_CONN"]

@@ -1,0 +1,63 @@
+"""Simulated-run mode: the same state machine without processes, cheap enough for thousands of jobs."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from emu_support import Api, V, job_desc
+
+from airflow_provider_slurmapi.emulator import SlurmJobApiEmulator
+
+
+@pytest.mark.slurmapi_emulator(simulate=True)
+def test_directives_set_runtime_and_exit_code(api: Api, emu: SlurmJobApiEmulator) -> None:
+    ok = api.submit("#!/bin/bash\n#EMULATOR runtime=0.2\nrm -rf /\n")
+    bad = api.submit("#!/bin/bash\n#EMULATOR runtime=0.1 exit=4\n")
+    assert api.state(ok) == ["RUNNING"]
+    assert emu.wait_for_state(ok, "COMPLETED", 5)["exit_code"] == 0
+    assert emu.wait_for_state(bad, "FAILED", 5)["exit_code"] == 4
+    assert emu.spawned_pids == []
+
+
+@pytest.mark.slurmapi_emulator(simulate=True)
+def test_simulated_cancel_and_timeout(api: Api, emu: SlurmJobApiEmulator) -> None:
+    long = api.submit("#!/bin/bash\n#EMULATOR runtime=60\n")
+    limited = api.submit("#!/bin/bash\n#EMULATOR runtime=60\n", time_limit=1)
+    emu.wait_for_state(long, "RUNNING", 5)
+    api.cancel(long)
+    assert api.state(long) == ["CANCELLED", "COMPLETING"]
+    assert emu.wait_for_state(long, "CANCELLED", 5)["signal"] == 15
+    assert emu.wait_for_state(limited, "TIMEOUT", 5)["reason"] == "TimeLimit"
+
+
+def test_two_thousand_jobs(tmp_path_factory: pytest.TempPathFactory) -> None:
+    with SlurmJobApiEmulator(
+        simulate=True, partitions={"debug": 500}, state_dir=tmp_path_factory.mktemp("load")
+    ) as emu:
+        api = Api(emu)
+        try:
+            started = time.monotonic()
+            ids = []
+            for index in range(2000):
+                job = job_desc(name=f"load{index}", array=None)
+                script = f"#!/bin/bash\n#EMULATOR runtime={0.05 + (index % 7) * 0.05:.2f}\n"
+                status, body = api.call("POST", f"/slurm/{V}/job/submit", {"job": job, "script": script})
+                assert status == 200
+                ids.append(body["job_id"])
+            submit_seconds = time.monotonic() - started
+            assert ids == list(range(1, 2001))
+            query = ",".join(str(job_id) for job_id in ids[:500])
+            started = time.monotonic()
+            status, body = api.call("GET", f"/slurm/{V}/jobs/state/?job_id={query}")
+            state_seconds = time.monotonic() - started
+            assert status == 200 and len(body["jobs"]) == 500
+            assert state_seconds < 0.5
+            for job_id in ids:
+                emu.wait_for_state(job_id, "COMPLETED", 60)
+            status, body = api.call("GET", f"/slurm/{V}/jobs/state/")
+            assert {tuple(job["state"]) for job in body["jobs"]} == {("COMPLETED",)}
+            assert len(body["jobs"]) == 2000
+            assert submit_seconds < 30
+        finally:
+            api.close()
