@@ -265,12 +265,15 @@ def test_jobs_state_with_a_job_id_list(api: Api, emu: SlurmJobApiEmulator) -> No
     ids = [api.submit("#!/bin/bash\ntrue\n") for _ in range(3)]
     for job_id in ids:
         emu.wait_for_state(job_id, "COMPLETED", 10)
-    status, body = api.call("GET", f"/slurm/{V}/jobs/state/?job_id={ids[0]},{ids[2]},999999")
+    status, body = api.call("GET", f"/slurm/{V}/jobs/state/?job_id={ids[0]}&job_id={ids[2]}&job_id=999999")
     assert status == 200
     assert body["jobs"] == [
         {"job_id": str(ids[0]), "state": ["COMPLETED"]},
         {"job_id": str(ids[2]), "state": ["COMPLETED"]},
     ]
+    # Like slurmrestd 24.11: an encoded comma list is a 422 (error 9000); a raw comma is refused outright.
+    status, body = api.call("GET", f"/slurm/{V}/jobs/state/?job_id={ids[0]}%2C{ids[2]}")
+    assert status == 422 and body["errors"][0]["error_number"] == 9000
 
 
 @pytest.mark.slurmapi_emulator(simulate=True)
