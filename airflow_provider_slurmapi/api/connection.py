@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
 from airflow_provider_slurmapi.api import versions
 from airflow_provider_slurmapi.api.auth import CLOUD_PLATFORM_SCOPE, AuthConfig, parse_chain
-from airflow_provider_slurmapi.api.client import DEFAULT_TIMEOUT
+from airflow_provider_slurmapi.api.client import DEFAULT_TIMEOUT, RetryPolicy
 from airflow_provider_slurmapi.api.direct import SlurmrestdRef
 from airflow_provider_slurmapi.api.envelope import ClusterRef, is_loopback
 from airflow_provider_slurmapi.api.errors import SlurmJobSpecError
@@ -29,6 +29,8 @@ CONNECTION_FIELDS: dict[str, tuple[str, str]] = {
     "quota_project_id": ("Quota project", "Project billed for API quota"),
     "universe_domain": ("Universe domain", "Default googleapis.com"),
     "timeout": ("Timeout (seconds)", "Per-call HTTP timeout (default 60)"),
+    "retries": ("Retries", "Retries of a transiently failed GET/DELETE, with backoff (default 4)"),
+    "retry_delay": ("First retry delay (seconds)", "Doubles on each retry, with jitter (default 1)"),
     "job_link_template": ("Job link template", "URL for the job link, with {job_id}, {cluster_id}, ..."),
     "slurmrestd_url": ("slurmrestd URL (direct)", "Call an on-premises slurmrestd directly instead of Google"),
     "slurm_user": ("Slurm user (direct)", "X-SLURM-USER-NAME; default the connection's login"),
@@ -47,9 +49,10 @@ class ConnectionSettings:
     api_version: str
     timeout: float
     job_link_template: str = ""
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
 
     def client_kwargs(self) -> dict[str, Any]:
-        return {"auth": self.auth, "api_version": self.api_version, "timeout": self.timeout}
+        return {"auth": self.auth, "api_version": self.api_version, "timeout": self.timeout, "retry": self.retry}
 
     def link_fields(self) -> dict[str, str]:
         """What a ``job_link_template`` may use besides ``{job_id}``."""
@@ -93,6 +96,10 @@ def settings_from_extra(
             "api_version": versions.check_version(values.get("api_version", versions.DEFAULT_VERSION)),
             "timeout": _timeout(values.get("timeout", DEFAULT_TIMEOUT)),
             "job_link_template": str(values.get("job_link_template") or ""),
+            "retry": RetryPolicy(
+                attempts=_count(values.get("retries", 4)) + 1,
+                initial_delay=_seconds(values.get("retry_delay", 1.0), "retry_delay"),
+            ),
         }
         if values.get("slurmrestd_url"):
             direct = SlurmrestdRef(
@@ -128,6 +135,24 @@ def settings_from_extra(
 
 def _host(url: str) -> str:
     return urlsplit(url).hostname or ""
+
+
+def _count(value: Any) -> int:
+    if isinstance(value, str) and value.strip().isdigit():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 20:
+        raise SlurmJobSpecError("retries", f"{value!r} is not a count from 0 to 20", "Give e.g. 4.")
+    return value
+
+
+def _seconds(value: Any, name: str) -> float:
+    try:
+        seconds = float(value)
+    except (TypeError, ValueError):
+        seconds = -1.0
+    if isinstance(value, bool) or seconds < 0:
+        raise SlurmJobSpecError(name, f"{value!r} is not a number of seconds", "Give e.g. 1.")
+    return seconds
 
 
 def _timeout(value: Any) -> float:

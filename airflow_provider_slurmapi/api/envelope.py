@@ -12,6 +12,7 @@ from typing import Any, NoReturn
 
 from airflow_provider_slurmapi.api.errors import (
     GoogleApiError,
+    MalformedReplyError,
     SlurmAccountingUnavailableError,
     SlurmApiError,
     SlurmJobSpecError,
@@ -236,26 +237,18 @@ def parse_reply(http_status: int, content: bytes, *, what: str) -> SlurmReply:
     except ValueError:
         payload = None
         if 200 <= http_status < 300:
-            raise GoogleApiError(
-                http_status,
-                "MALFORMED_REPLY",
-                f"the reply was not JSON ({len(content)} bytes: {content[:80]!r})",
-                what=what,
+            raise MalformedReplyError(
+                f"{what}: the reply was not JSON ({len(content)} bytes: {content[:80]!r}); a proxy may have cut it"
             ) from None
     if http_status >= 300 or (isinstance(payload, dict) and "error" in payload and "status" not in payload):
         return _raise_google(http_status, payload, content, what)
     if not isinstance(payload, dict) or "status" not in payload:
-        raise GoogleApiError(
-            http_status,
-            "MALFORMED_REPLY",
-            f"the reply has no status/structuredBody ({content[:80]!r})",
-            what=what,
-        )
+        raise MalformedReplyError(f"{what}: the reply has no status/structuredBody ({content[:80]!r})")
     status = payload.get("status")
     if isinstance(status, str) and status.isdigit():
         status = int(status)
     if not isinstance(status, int):
-        raise GoogleApiError(http_status, "MALFORMED_REPLY", f"status is {status!r}", what=what)
+        raise MalformedReplyError(f"{what}: the reply's status is {status!r}, not an HTTP status")
     return SlurmReply.from_structured(status, payload.get("structuredBody"))
 
 

@@ -106,6 +106,13 @@ class SlurmTransportError(SlurmJobApiError):
         self.ambiguous = ambiguous
 
 
+class MalformedReplyError(SlurmTransportError):
+    """The reply could not be read (cut short, not JSON): like a lost reply, the call may have happened."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, ambiguous=True)
+
+
 class GoogleApiError(SlurmJobApiError):
     """The callSlurmRestApi request itself was refused by Google (``{"error": {code, message, status}}``)."""
 

@@ -12,7 +12,7 @@ import pytest
 from airflow_provider_slurmapi.api import operations as ops
 from airflow_provider_slurmapi.api.connection import settings_from_extra
 from airflow_provider_slurmapi.api.envelope import Call, SlurmReply, encode_envelope, parse_reply
-from airflow_provider_slurmapi.api.errors import GoogleApiError, SlurmApiError, SlurmJobApiError, SlurmJobSpecError
+from airflow_provider_slurmapi.api.errors import SlurmApiError, SlurmJobApiError, SlurmJobSpecError
 from airflow_provider_slurmapi.api.jobs import JobSpec, SlurmJob
 
 OK = "#!/bin/bash\ntrue\n"
@@ -158,7 +158,7 @@ REPLIES = [
 
 @pytest.mark.parametrize(("what", "status", "content"), REPLIES, ids=[r[0] for r in REPLIES])
 def test_unexpected_reply_shapes_raise_provider_errors(what, status, content):
-    with pytest.raises(GoogleApiError) as info:
+    with pytest.raises(SlurmJobApiError) as info:
         parse_reply(status, content, what="GET /slurm/v0.0.42/job/1")
     assert "GET /slurm/v0.0.42/job/1" in str(info.value)
 

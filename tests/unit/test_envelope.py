@@ -131,5 +131,8 @@ def test_google_errors(code, status, retryable):
 
 @pytest.mark.parametrize("content", [b"<html>bad gateway</html>", b'{"status": 200, "structuredBo', b"[]"])
 def test_malformed_replies_raise_clearly(content):
-    with pytest.raises(GoogleApiError):
+    from airflow_provider_slurmapi.api.errors import MalformedReplyError
+
+    with pytest.raises(MalformedReplyError) as info:
         parse_reply(200, content, what="GET x")
+    assert info.value.retryable and info.value.ambiguous

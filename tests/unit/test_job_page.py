@@ -383,3 +383,10 @@ def test_listing_survives_accounting_being_down(page_client):
     reply = page_client["client"]().get("/jobs", headers={"Accept": "text/html"})
     assert reply.status_code == 200
     assert "Accounting (/slurmdb) could not be read" in reply.text and 'href="/slurmapi/jobs/4"' in reply.text
+
+
+def test_gpus_asked_in_the_queue_show_on_an_accounting_record():
+    queue = tagged(job_info("job_completed", tres_per_node="gres/gpu:4", node_count=2))
+    accounted = SlurmJob.from_slurmdb(slurmdb("slurmdb_job", comment={"job": TAG}))
+    assert JobView.build(accounted).requested.gpus is None
+    assert JobView.build(accounted, queue_record=queue).requested.gpus == 8
