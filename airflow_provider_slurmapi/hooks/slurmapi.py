@@ -24,7 +24,7 @@ from airflow_provider_slurmapi.api.errors import (
 )
 from airflow_provider_slurmapi.api.jobs import JobSpec, SlurmJob
 from airflow_provider_slurmapi.api.reattach import SubmitOutcome
-from airflow_provider_slurmapi.api.watch import Deadline, JobWatch, outcome_text
+from airflow_provider_slurmapi.api.watch import DEFAULT_ERROR_BUDGET, Deadline, JobWatch, outcome_text
 
 
 class SlurmJobApiHook(BaseHook):
@@ -140,6 +140,7 @@ class SlurmJobApiHook(BaseHook):
         timeout: float | None = None,
         *,
         on_poll: Callable[[SlurmJob], None] | None = None,
+        error_budget: int = DEFAULT_ERROR_BUDGET,
     ) -> SlurmJob:
         """Poll until the job is terminal and return it (whatever its final state).
 
@@ -148,11 +149,12 @@ class SlurmJobApiHook(BaseHook):
         :param poll_interval: seconds between polls.
         :param timeout: give up after this many seconds (``SlurmJobWaitTimeoutError``); None waits forever.
         :param on_poll: called with each job record seen.
+        :param error_budget: consecutive failed polls (each already retried by the client) tolerated.
         """
         if poll_interval <= 0:
             raise SlurmJobSpecError("poll_interval", f"{poll_interval!r} is not positive", "Give seconds > 0.")
         deadline = Deadline.after(timeout)
-        watch = JobWatch(job_id)
+        watch = JobWatch(job_id, error_budget=error_budget)
         last: SlurmJob | None = None
         while True:
             try:

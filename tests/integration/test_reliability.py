@@ -1,0 +1,116 @@
+"""Never lose, never duplicate: the provider against the emulator's injected faults."""
+
+from __future__ import annotations
+
+import pytest
+
+from airflow_provider_slurmapi.api.errors import SlurmJobApiError
+from airflow_provider_slurmapi.api.jobs import JobSpec
+from airflow_provider_slurmapi.api.reattach import task_instance_tag
+from airflow_provider_slurmapi.hooks.slurmapi import SlurmJobApiHook
+
+CWD = "/home/tester"
+FAST = {"retries": 3, "retry_delay": 0.05, "timeout": 2}
+
+
+@pytest.fixture
+def hook(slurmapi_emulator, monkeypatch):
+    monkeypatch.setenv("AIRFLOW_CONN_SLURMAPI_DEFAULT", slurmapi_emulator.connection_json(**FAST))
+    return SlurmJobApiHook()
+
+
+def submit(hook, script="#!/bin/bash\nsleep 1\n", **job):
+    return hook.submit_job(script, {"current_working_directory": CWD, **job})
+
+
+@pytest.mark.parametrize("kind", ["unavailable", "resource_exhausted", "internal", "reset", "malformed"])
+def test_a_wait_rides_out_transient_faults(hook, slurmapi_emulator, kind):
+    job_id = submit(hook)
+    slurmapi_emulator.inject_fault(kind, count=6, method=None)
+    job = hook.wait_for_job(job_id, poll_interval=0.1, timeout=60)
+    assert job.state.is_success
+    assert slurmapi_emulator.faults.fired.count(kind) == 6
+
+
+def test_replies_slower_than_the_timeout_are_retried(hook, slurmapi_emulator):
+    job_id = submit(hook)
+    slurmapi_emulator.inject_fault("slow", count=2, delay=3.0, path_contains=f"/job/{job_id}")
+    assert hook.wait_for_job(job_id, poll_interval=0.1, timeout=60).state.is_success
+
+
+def test_slurmdbd_down_while_the_job_leaves_the_queue(hook, slurmapi_emulator):
+    job_id = submit(hook, "#!/bin/bash\ntrue\n")
+    slurmapi_emulator.wait_for_state(job_id, "COMPLETED", 30)
+    slurmapi_emulator.set_slurmdbd_down(True)
+    slurmapi_emulator.purge(job_id)
+    with pytest.raises(SlurmJobApiError) as info:
+        hook.get_job(job_id)
+    assert info.value.retryable
+    slurmapi_emulator.set_slurmdbd_down(False)
+    assert hook.wait_for_job(job_id, poll_interval=0.1, timeout=30).state.is_success
+
+
+def test_token_endpoint_failures_and_early_expiry(hook, slurmapi_emulator):
+    job_id = submit(hook, "#!/bin/bash\nsleep 2\n")
+    slurmapi_emulator.expire_tokens()
+    slurmapi_emulator.inject_fault("token_error", count=2)
+    assert hook.wait_for_job(job_id, poll_interval=0.2, timeout=60).state.is_success
+
+
+def test_requeued_job_is_still_waited_on(hook, slurmapi_emulator):
+    job_id = submit(hook, "#!/bin/bash\nsleep 2\n")
+    slurmapi_emulator.wait_for_state(job_id, "RUNNING", 30)
+    slurmapi_emulator.fail_job(job_id, "NODE_FAIL", requeue=True)
+    seen: list[str] = []
+    job = hook.wait_for_job(job_id, poll_interval=0.1, timeout=60, on_poll=lambda j: seen.append(j.state.base))
+    assert job.state.is_success
+    assert job.restart_count >= 1 or "PENDING" in seen
+
+
+def test_node_fail_is_a_retryable_failure(hook, slurmapi_emulator):
+    from airflow_provider_slurmapi.api.watch import failure_error
+    from airflow_provider_slurmapi.operators.slurmapi import SlurmJobError, _fail
+
+    job_id = submit(hook, "#!/bin/bash\nsleep 30\n")
+    slurmapi_emulator.wait_for_state(job_id, "RUNNING", 30)
+    slurmapi_emulator.fail_job(job_id, "NODE_FAIL")
+    job = hook.wait_for_job(job_id, poll_interval=0.1, timeout=60)
+    assert job.state.base == "NODE_FAIL" and job.state.is_retryable_failure
+    error = _fail(failure_error(job), retry_on_job_failure=False)
+    assert type(error) is SlurmJobError and "retry may succeed" in str(error)
+
+
+def test_purged_while_running_is_followed_in_accounting(hook, slurmapi_emulator):
+    job_id = submit(hook, "#!/bin/bash\nsleep 1\n")
+    slurmapi_emulator.wait_for_state(job_id, "RUNNING", 30)
+    slurmapi_emulator.purge(job_id)
+    assert hook.wait_for_job(job_id, poll_interval=0.1, timeout=60).state.is_success
+
+
+def test_a_lost_submit_reply_gives_exactly_one_job(hook, slurmapi_emulator):
+    tag = task_instance_tag("d", "t", "run-1")
+    spec = JobSpec.build("#!/bin/bash\ntrue\n", {"current_working_directory": CWD, "comment": tag, "name": "d.t"})
+    slurmapi_emulator.inject_fault("lost_reply", count=1, path_contains="job/submit")
+    outcome = hook.submit_once(spec, tag, first_try=True)
+    assert outcome.reattached
+    assert [j["job_id"] for j in slurmapi_emulator.jobs()] == [outcome.job_id]
+    # The task's next try (or a cleared task) finds the same job again.
+    again = hook.submit_once(spec, tag)
+    assert again.reattached and again.job_id == outcome.job_id
+    assert len(slurmapi_emulator.jobs()) == 1
+
+
+def test_a_failed_earlier_job_is_resubmitted_on_retry(hook, slurmapi_emulator):
+    tag = task_instance_tag("d", "t", "run-2")
+    spec = JobSpec.build("#!/bin/bash\nexit 1\n", {"current_working_directory": CWD, "comment": tag, "name": "d.t"})
+    first = hook.submit_once(spec, tag, first_try=True)
+    slurmapi_emulator.wait_for_state(first.job_id, "FAILED", 30)
+    second = hook.submit_once(spec, tag)
+    assert not second.reattached and second.job_id != first.job_id
+
+
+def test_persistent_faults_exhaust_the_error_budget(hook, slurmapi_emulator):
+    job_id = submit(hook, "#!/bin/bash\nsleep 30\n")
+    slurmapi_emulator.inject_fault("unavailable", count=None)
+    with pytest.raises(SlurmJobApiError, match="consecutive failed polls"):
+        hook.wait_for_job(job_id, poll_interval=0.05, timeout=120, error_budget=3)
