@@ -1,0 +1,78 @@
+"""Session fixtures of the standalone suite: the emulator process, ``airflow standalone``, one DAG run.
+
+What they start and how is in ``harness.py``; logs, timings and screenshots end up in ``artifacts/``.
+
+Environment switches:
+
+- ``SLURMAPI_SKIP_STANDALONE=1``: skip every test here (said loudly; nothing is started).
+- ``SLURMAPI_SKIP_BROWSER=1``: skip the Chromium test only (otherwise a missing Chromium fails it:
+  ``tests/standalone/install_chromium.sh`` installs Debian's).
+- ``SLURMAPI_STANDALONE_READY_TIMEOUT``: seconds to wait for a healthy Airflow (default 180).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.standalone.harness import LOGS, EmulatorProcess, Standalone, run_emulator, run_standalone
+
+HERE = Path(__file__).resolve().parent
+SKIP_REASON = "SLURMAPI_SKIP_STANDALONE=1: the airflow standalone suite (tests/standalone) did NOT run"
+
+
+def _skip_requested() -> bool:
+    return os.environ.get("SLURMAPI_SKIP_STANDALONE", "") not in ("", "0")
+
+
+def pytest_report_header(config: pytest.Config) -> str | None:
+    return f"!!! {SKIP_REASON}" if _skip_requested() else None
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    if _skip_requested():
+        terminalreporter.write_line(f"!!! {SKIP_REASON}", yellow=True, bold=True)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if not _skip_requested():
+        return
+    skip = pytest.mark.skip(reason=SKIP_REASON)
+    for item in items:
+        if HERE in Path(str(item.fspath)).resolve().parents:
+            item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def emulator_process() -> Iterator[EmulatorProcess]:
+    """The Slurm Job API emulator, started as a separate process (``python -m ...emulator``)."""
+    with run_emulator() as emulator:
+        yield emulator
+
+
+@pytest.fixture(scope="session")
+def standalone(emulator_process: EmulatorProcess) -> Iterator[Standalone]:
+    """A real ``airflow standalone``, ready (health endpoints green) before the first test uses it."""
+    with run_standalone(emulator_process) as airflow:
+        yield airflow
+
+
+@pytest.fixture(scope="session")
+def training_run(standalone: Standalone) -> dict[str, Any]:
+    """One run of ``example_slurm_training`` in the standalone, finished: its id, state and tasks."""
+    dag_id = "example_slurm_training"
+    started = time.monotonic()
+    run_id = standalone.trigger(dag_id)
+    state = standalone.wait_for_run(dag_id, run_id)
+    (LOGS / "dag_run_seconds.txt").write_text(f"{time.monotonic() - started:.1f}\n")
+    return {
+        "dag_id": dag_id,
+        "run_id": run_id,
+        "state": state,
+        "task_instances": standalone.task_instances(dag_id, run_id),
+    }

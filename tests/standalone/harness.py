@@ -1,0 +1,436 @@
+"""The pieces of the standalone suite: the emulator process, ``airflow standalone`` and how to talk to them.
+
+The session fixtures in ``conftest.py`` put them together:
+
+``standalone`` (session fixture) gives a running Airflow: scheduler, dag-processor, triggerer and
+api-server (webserver on 2.x) on SQLite with the LocalExecutor (SequentialExecutor on 2.x, which
+refuses LocalExecutor on SQLite), in a private AIRFLOW_HOME, on free ports, with ``dags_folder`` =
+``example_dags``, and the emulator (started as a separate process by ``emulator_process``) as the
+``slurmapi_default`` connection through ``AIRFLOW_CONN_SLURMAPI_DEFAULT``.
+
+Users: ``admin``/``ADMIN_PASSWORD`` (role ADMIN on Airflow 3's simple auth manager, Admin on 2.x FAB),
+and on Airflow 3 ``nobody``/``NOBODY_PASSWORD``, a user without any role (so without DAG access).
+
+Readiness is polled on the health endpoints with a deadline; teardown kills both process groups.
+Logs end up in ``artifacts/standalone/``.
+"""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import importlib.util
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+import requests
+
+ROOT = Path(__file__).resolve().parents[2]
+ARTIFACTS = ROOT / "artifacts"
+LOGS = ARTIFACTS / "standalone"
+BIN = Path(sys.executable).parent
+ADMIN_USER, ADMIN_PASSWORD = "admin", "slurmapi-admin-pw"
+NOBODY_USER, NOBODY_PASSWORD = "nobody", "slurmapi-nobody-pw"
+_FAB_ADMIN = ("--role", "Admin", "--firstname", "Ad", "--lastname", "Min", "--email", "admin@example.com")
+READY_TIMEOUT = float(os.environ.get("SLURMAPI_STANDALONE_READY_TIMEOUT", "180"))
+
+
+def airflow_major() -> int:
+    from importlib.metadata import version
+
+    return int(version("apache-airflow").split(".")[0])
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def wait_for(
+    what: str, check: Callable[[], Any], *, timeout: float, interval: float = 0.5, log: Path | None = None
+) -> Any:
+    """Poll ``check`` until it returns something truthy; fail with the log's tail after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    last_error: BaseException | None = None
+    while time.monotonic() < deadline:
+        try:
+            result = check()
+        except (requests.RequestException, OSError, ValueError, KeyError) as err:
+            last_error, result = err, None
+        if result:
+            return result
+        time.sleep(interval)
+    tail = ""
+    if log is not None and log.exists():
+        tail = (
+            "\n--- last lines of " + str(log) + " ---\n" + "\n".join(log.read_text(errors="replace").splitlines()[-60:])
+        )
+    pytest.fail(f"timed out after {timeout:.0f}s waiting for {what} (last error: {last_error!r}){tail}")
+
+
+def kill_group(proc: subprocess.Popen[bytes], *, grace: float = 15.0) -> None:
+    """SIGTERM the process group ``proc`` leads, then SIGKILL whatever is left of it."""
+    try:
+        pgid = os.getpgid(proc.pid)
+    except ProcessLookupError:
+        return
+    for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 5.0)):
+        try:
+            os.killpg(pgid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(timeout=wait)
+        except subprocess.TimeoutExpired:
+            continue
+        if not group_alive(pgid):
+            return
+        time.sleep(0.5)
+        if not group_alive(pgid):
+            return
+
+
+def group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def session_members(sid: int) -> list[int]:
+    """Pids of the processes in session ``sid`` (also those that moved to a process group of their own)."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        # Fields after the parenthesised command: state ppid pgrp session ...
+        fields = stat[stat.rfind(")") + 2 :].split()
+        if len(fields) > 3 and int(fields[3]) == sid:
+            pids.append(int(entry.name))
+    return pids
+
+
+def kill_strays(sid: int) -> None:
+    """SIGKILL what is left of the session we started (Airflow 2's DAG processor leaves the group)."""
+    for pid in session_members(sid):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
+
+
+# -- the emulator, as its own process ---------------------------------------------------------------
+
+
+@dataclass
+class EmulatorProcess:
+    proc: subprocess.Popen[bytes]
+    connection: dict[str, Any]
+    state_dir: Path
+    log: Path
+
+    @property
+    def connection_json(self) -> str:
+        return json.dumps(self.connection)
+
+    def client(self) -> Any:
+        """A Slurm Job API client on the emulator's connection (no Airflow involved)."""
+        from airflow_provider_slurmapi.api.client import SlurmJobApiClient
+        from airflow_provider_slurmapi.api.connection import settings_from_extra
+
+        extra = self.connection.get("extra") or {}
+        if isinstance(extra, str):
+            extra = json.loads(extra)
+        settings = settings_from_extra(
+            extra, login=self.connection.get("login"), password=self.connection.get("password")
+        )
+        return SlurmJobApiClient(settings.cluster, **settings.client_kwargs())
+
+
+def read_connection(log: Path) -> dict[str, Any] | None:
+    """The connection the emulator printed: a JSON object on a line of its own or after ``connection:``."""
+    text = log.read_text(errors="replace") if log.exists() else ""
+    for line in text.splitlines():
+        line = line.strip()
+        if line.lower().startswith("connection:"):
+            line = line.split(":", 1)[1].strip()
+        if not line.startswith("{"):
+            continue
+        try:
+            value = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(value, dict) and value.get("conn_type") == "slurmapi":
+            return value
+    return None
+
+
+@contextlib.contextmanager
+def run_emulator() -> Iterator[EmulatorProcess]:
+    """``python -m airflow_provider_slurmapi.emulator`` on a free port, in its own process group."""
+    try:
+        found = importlib.util.find_spec("airflow_provider_slurmapi.emulator.__main__") is not None
+    except ImportError:
+        found = False
+    if not found:
+        pytest.skip("the Slurm Job API emulator (python -m airflow_provider_slurmapi.emulator) is not there")
+    LOGS.mkdir(parents=True, exist_ok=True)
+    state_dir = Path(tempfile.mkdtemp(prefix="slurmapi-emulator-"))
+    log = LOGS / "emulator.log"
+    port = free_port()
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "airflow_provider_slurmapi.emulator",
+                "--port",
+                str(port),
+                "--state-dir",
+                str(state_dir),
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            cwd=ROOT,
+        )
+    try:
+
+        def started() -> dict[str, Any] | None:
+            if proc.poll() is not None:
+                pytest.fail(f"the emulator exited with {proc.returncode}:\n{log.read_text(errors='replace')}")
+            return read_connection(log)
+
+        connection = wait_for("the emulator's connection JSON", started, timeout=60, interval=0.2, log=log)
+        emu = EmulatorProcess(proc, connection, state_dir, log)
+        with emu.client() as client:
+            wait_for("the emulator to answer a ping", lambda: client.ping().responding, timeout=30, log=log)
+        yield emu
+    finally:
+        kill_group(proc, grace=5)
+        kill_strays(proc.pid)
+        shutil.rmtree(state_dir, ignore_errors=True)
+
+
+# -- airflow standalone -----------------------------------------------------------------------------
+
+
+@dataclass
+class Standalone:
+    """A running ``airflow standalone`` and how to talk to it."""
+
+    home: Path
+    port: int
+    major: int
+    proc: subprocess.Popen[bytes]
+    log: Path
+    emulator: EmulatorProcess
+    _tokens: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    # -- authentication ---------------------------------------------------------------------------
+
+    def token(self, user: str = ADMIN_USER, password: str = ADMIN_PASSWORD) -> str:
+        """A JWT from the api-server's token endpoint (Airflow 3), as the UI's login gets one."""
+        assert self.major >= 3, "tokens are an Airflow 3 thing"
+        if user not in self._tokens:
+            reply = requests.post(f"{self.url}/auth/token", json={"username": user, "password": password}, timeout=30)
+            reply.raise_for_status()
+            self._tokens[user] = reply.json()["access_token"]
+        return self._tokens[user]
+
+    def session(self, user: str = ADMIN_USER, password: str = ADMIN_PASSWORD) -> requests.Session:
+        """A requests session authenticated for the REST API (Bearer on 3.x, basic auth on 2.x)."""
+        s = requests.Session()
+        if self.major >= 3:
+            s.headers["Authorization"] = f"Bearer {self.token(user, password)}"
+        else:
+            s.auth = (user, password)
+        return s
+
+    @property
+    def api(self) -> str:
+        return f"{self.url}/api/v2" if self.major >= 3 else f"{self.url}/api/v1"
+
+    # -- DAG runs ---------------------------------------------------------------------------------
+
+    def trigger(self, dag_id: str, *, timeout: float = 120) -> str:
+        """Wait until ``dag_id`` is parsed and unpaused, then trigger a run; returns its run id."""
+        s = self.session()
+
+        def parsed() -> bool:
+            reply = s.get(f"{self.api}/dags/{dag_id}", timeout=10)
+            return reply.status_code == 200 and not reply.json().get("is_paused", True)
+
+        wait_for(f"DAG {dag_id} to be parsed and unpaused", parsed, timeout=timeout, log=self.log)
+        body: dict[str, Any] = {"logical_date": None, "conf": {}} if self.major >= 3 else {"conf": {}}
+        reply = s.post(f"{self.api}/dags/{dag_id}/dagRuns", json=body, timeout=30)
+        assert reply.status_code in (200, 201), reply.text
+        return str(reply.json()["dag_run_id"])
+
+    def wait_for_run(self, dag_id: str, run_id: str, *, timeout: float = 240) -> str:
+        """The run's final state (``success`` or ``failed``)."""
+        s = self.session()
+
+        def finished() -> str | None:
+            state = s.get(f"{self.api}/dags/{dag_id}/dagRuns/{run_id}", timeout=10).json()["state"]
+            return state if state in ("success", "failed") else None
+
+        return str(wait_for(f"run {run_id} of {dag_id} to finish", finished, timeout=timeout, interval=1, log=self.log))
+
+    def task_instances(self, dag_id: str, run_id: str) -> dict[str, dict[str, Any]]:
+        reply = self.session().get(f"{self.api}/dags/{dag_id}/dagRuns/{run_id}/taskInstances", timeout=30)
+        reply.raise_for_status()
+        return {ti["task_id"]: ti for ti in reply.json()["task_instances"]}
+
+    def xcom(self, dag_id: str, run_id: str, task_id: str, key: str = "return_value") -> Any:
+        url = f"{self.api}/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}/xcomEntries/{key}"
+        reply = self.session().get(url, params={"deserialize": "true"}, timeout=30)
+        reply.raise_for_status()
+        value = reply.json()["value"]
+        if isinstance(value, str):  # Airflow 2.x: str() of the value
+            for parse in (json.loads, ast.literal_eval):
+                with contextlib.suppress(ValueError, SyntaxError):
+                    return parse(value)
+        return value
+
+    def extra_links(self, dag_id: str, run_id: str, task_id: str) -> dict[str, str | None]:
+        url = f"{self.api}/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}/links"
+        reply = self.session().get(url, timeout=30)
+        reply.raise_for_status()
+        data = reply.json()
+        return dict(data.get("extra_links", data))
+
+
+def write_users(home: Path, env: dict[str, str], major: int) -> None:
+    if major >= 3:
+        passwords = home / "simple_auth_manager_passwords.json"
+        passwords.write_text(json.dumps({ADMIN_USER: ADMIN_PASSWORD, NOBODY_USER: NOBODY_PASSWORD}))
+        env["AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS"] = f"{ADMIN_USER}:admin,{NOBODY_USER}:"
+        env["AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE"] = str(passwords)
+        return
+    # Airflow 2.x: FAB users live in the metadata database, which must exist first.
+    airflow = str(BIN / "airflow")
+    for command in (
+        [airflow, "db", "migrate"],
+        [airflow, "users", "create", "--username", ADMIN_USER, "--password", ADMIN_PASSWORD, *_FAB_ADMIN],
+    ):
+        result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300, check=False)
+        assert result.returncode == 0, f"{command[1:3]} failed:\n{result.stdout}\n{result.stderr}"
+
+
+def healthy(url: str, components: tuple[str, ...]) -> bool:
+    health = requests.get(url, timeout=5).json()
+    return all(health.get(c, {}).get("status") == "healthy" for c in components)
+
+
+@contextlib.contextmanager
+def run_standalone(emulator: EmulatorProcess) -> Iterator[Standalone]:
+    """A real ``airflow standalone`` on ``emulator``, ready (health endpoints green) when this yields."""
+    major = airflow_major()
+    home = Path(tempfile.mkdtemp(prefix="slurmapi-standalone-"))
+    LOGS.mkdir(parents=True, exist_ok=True)
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW__", "AIRFLOW_CONN_", "AIRFLOW_VAR_"))}
+    env.update(
+        {
+            "PATH": f"{BIN}{os.pathsep}{env.get('PATH', '')}",
+            "AIRFLOW_HOME": str(home),
+            "AIRFLOW__CORE__DAGS_FOLDER": str(ROOT / "example_dags"),
+            "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+            "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
+            "AIRFLOW__CORE__UNIT_TEST_MODE": "False",
+            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home}/airflow.db",
+            "AIRFLOW__LOGGING__BASE_LOG_FOLDER": str(home / "logs"),
+            "AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC": "1",
+            # The log servers of the worker and the triggerer default to fixed ports (8793, 8794).
+            "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(free_port()),
+            "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(free_port()),
+            "AIRFLOW_CONN_SLURMAPI_DEFAULT": emulator.connection_json,
+            "NO_COLOR": "1",
+        }
+    )
+    if major >= 3:
+        env.update(
+            {
+                "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
+                "AIRFLOW__CORE__PARALLELISM": "4",
+                "AIRFLOW__API__HOST": "127.0.0.1",
+                "AIRFLOW__API__PORT": str(port),
+                "AIRFLOW__API__WORKERS": "1",
+                "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{port}/execution/",
+                "AIRFLOW__API_AUTH__JWT_SECRET": os.urandom(32).hex(),
+                "AIRFLOW__API__SECRET_KEY": os.urandom(24).hex(),
+                "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "5",
+            }
+        )
+    else:
+        env.update(
+            {
+                "AIRFLOW__WEBSERVER__WEB_SERVER_HOST": "127.0.0.1",
+                "AIRFLOW__WEBSERVER__WEB_SERVER_PORT": str(port),
+                "AIRFLOW__WEBSERVER__WORKERS": "1",
+                "AIRFLOW__WEBSERVER__SECRET_KEY": os.urandom(24).hex(),
+                "AIRFLOW__API__AUTH_BACKENDS": "airflow.api.auth.backend.basic_auth",
+                "AIRFLOW__API__ENABLE_XCOM_DESERIALIZE_SUPPORT": "True",
+                "AIRFLOW__SCHEDULER__DAG_DIR_LIST_INTERVAL": "5",
+                "AIRFLOW__SCHEDULER__MIN_FILE_PROCESS_INTERVAL": "5",
+            }
+        )
+    write_users(home, env, major)
+    log = LOGS / "standalone.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [str(BIN / "airflow"), "standalone"],
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            cwd=home,
+        )
+    started = time.monotonic()
+    try:
+        components: tuple[str, ...] = ("metadatabase", "scheduler", "triggerer")
+        if major >= 3:
+            url, components = f"http://127.0.0.1:{port}/api/v2/monitor/health", (*components, "dag_processor")
+        else:
+            url = f"http://127.0.0.1:{port}/health"
+
+        def ready() -> bool:
+            if proc.poll() is not None:
+                pytest.fail(f"airflow standalone exited with {proc.returncode}; see {log}")
+            return healthy(url, components)
+
+        wait_for("airflow standalone to be healthy", ready, timeout=READY_TIMEOUT, interval=1, log=log)
+        (LOGS / "startup_seconds.txt").write_text(f"{time.monotonic() - started:.1f}\n")
+        yield Standalone(home=home, port=port, major=major, proc=proc, log=log, emulator=emulator)
+    finally:
+        kill_group(proc)
+        kill_strays(proc.pid)
+        logs = home / "logs"
+        if logs.exists():
+            shutil.copytree(logs, LOGS / "task-logs", dirs_exist_ok=True)
+        shutil.rmtree(home, ignore_errors=True)

@@ -1,0 +1,157 @@
+"""A real ``airflow standalone`` runs the example DAG against the emulator; the job page, in a real browser.
+
+Few and slow: one standalone for the session (``conftest.standalone``), one DAG run shared by the tests.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from typing import Any
+from urllib.parse import quote
+
+import pytest
+import requests
+
+from airflow_provider_slurmapi.api.jobs import SlurmJob
+from airflow_provider_slurmapi.api.reattach import task_instance_tag
+from tests.standalone.chromium import Chromium, find_chromium
+from tests.standalone.harness import ARTIFACTS, NOBODY_PASSWORD, NOBODY_USER, ROOT, Standalone
+
+pytestmark = pytest.mark.standalone
+
+SUBMITTING_TASKS = ("prepare_data", "train", "evaluate")
+SCREENSHOT = ARTIFACTS / "slurm-job-page.png"
+DOCS_SCREENSHOT = ROOT / "docs" / "slurm-job-page.png"
+
+
+def run_jobs(standalone: Standalone, run: dict[str, Any]) -> dict[str, SlurmJob]:
+    """The Slurm jobs of the run, by task id (found by their task-instance tag, as the operator tags them)."""
+    with standalone.emulator.client() as client:
+        jobs = {j.job_id: j for j in client.list_accounted_jobs()}
+        jobs.update({j.job_id: j for j in client.list_jobs() if j.job_id not in jobs or not j.state.is_terminal})
+    found: dict[str, SlurmJob] = {}
+    for task_id in SUBMITTING_TASKS:
+        tag = task_instance_tag(run["dag_id"], task_id, run["run_id"])
+        mine = [j for j in jobs.values() if j.comment == tag or j.comment.startswith(tag + " ")]
+        assert len(mine) == 1, f"{task_id}: expected one job tagged {tag!r}, found {[j.job_id for j in mine]}"
+        found[task_id] = mine[0]
+    return found
+
+
+def test_example_dag_run_succeeds_and_its_jobs_complete(standalone: Standalone, training_run: dict[str, Any]):
+    tis = training_run["task_instances"]
+    assert training_run["state"] == "success", {t: ti["state"] for t, ti in tis.items()}
+    assert {t: ti["state"] for t, ti in tis.items()} == {
+        "prepare_data": "success",
+        "train": "success",
+        "evaluate": "success",
+        "evaluation_done": "success",
+    }
+    jobs = run_jobs(standalone, training_run)
+    for task_id, job in jobs.items():
+        assert job.state.is_success, f"{task_id}: job {job.job_id} is {job.describe_state()}"
+        assert job.exit_code.return_code == 0
+    train = standalone.xcom(training_run["dag_id"], training_run["run_id"], "train")
+    assert int(train) == jobs["train"].job_id
+    summary = standalone.xcom(training_run["dag_id"], training_run["run_id"], "train", "slurm_job")
+    assert summary["state"] == "COMPLETED" and summary["exit_code"] == 0
+    assert jobs["train"].partition == "gpu"
+
+
+def test_job_page_in_a_browser(standalone: Standalone, training_run: dict[str, Any]):
+    """What a logged-in user sees on the train job's page, reached through the task's Slurm Job link."""
+    if standalone.major < 3:
+        pytest.skip("the job pages are an Airflow 3.1+ UI feature")
+    if os.environ.get("SLURMAPI_SKIP_BROWSER", "") not in ("", "0"):
+        pytest.skip("SLURMAPI_SKIP_BROWSER=1: the job page was NOT checked in a browser")
+    binary = find_chromium()
+    assert binary, "Chromium is missing: run tests/standalone/install_chromium.sh (or SLURMAPI_SKIP_BROWSER=1)"
+    dag_id, run_id = training_run["dag_id"], training_run["run_id"]
+    job = run_jobs(standalone, training_run)["train"]
+    links = standalone.extra_links(dag_id, run_id, "train")
+    assert links["Slurm Job"] == f"/slurmapi/jobs/{job.job_id}"
+    page_url = standalone.url + links["Slurm Job"]
+
+    with Chromium(binary) as browser:
+        anonymous = browser.new_page()
+        anonymous.open(page_url)
+        assert "401 · Not authenticated" in anonymous.text()
+        assert anonymous.js("document.getElementById('login') !== null")
+
+        page = browser.new_page()
+        page.set_cookie(standalone.url + "/", "_token", standalone.token())  # what the UI's login sets
+        page.open(page_url)
+        text = page.text()
+        assert page.js("document.getElementById('job-state').innerText") == "COMPLETED", text
+        assert page.js("document.getElementById('exit-code').innerText") == "0"
+        assert f"job {job.job_id}" in text and "example_slurm_training.train" in text
+        assert "Partition\tgpu" in text or "Partition\ngpu" in text
+        assert "airflow-ti:example_slurm_training/train/" in text
+        assert "from accounting (/slurmdb)" in text  # a finished job: accounting's record
+        task_href = page.js("document.getElementById('task-link').getAttribute('href')")
+        assert task_href == f"/dags/example_slurm_training/runs/{quote(run_id, safe='')}/tasks/train"
+        assert "refresh" not in (page.js("document.head.innerHTML") or "")  # finished: no auto-refresh
+        page.screenshot(SCREENSHOT)
+        DOCS_SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(SCREENSHOT, DOCS_SCREENSHOT)
+
+        # The overview lists the run's jobs, newest first; the link back opens the task instance in the UI.
+        page.open(f"{standalone.url}/slurmapi/jobs")
+        ids = page.js("[...document.querySelectorAll('#jobs td:first-child a')].map(a => a.innerText)")
+        expected = [str(j.job_id) for j in sorted(run_jobs(standalone, training_run).values(), key=lambda j: -j.job_id)]
+        assert ids[: len(expected)] == expected
+        page.screenshot(ARTIFACTS / "slurm-job-list.png")
+
+        # The navigation entry (Browse > Slurm jobs) shows the overview inside the Airflow UI.
+        page.open(f"{standalone.url}/plugin/slurm-jobs")
+        framed = "document.querySelector('iframe')?.contentDocument?.querySelectorAll('#jobs td:first-child a')"
+        try:
+            framed_ids = page.wait_js(f"[...({framed} || [])].map(a => a.innerText)", 90)
+        finally:
+            page.screenshot(ARTIFACTS / "slurm-jobs-in-airflow-ui.png")
+        assert framed_ids[: len(expected)] == expected
+        page.open(standalone.url + task_href)
+        page.wait_js("document.body.innerText.includes('SlurmSubmitJobOperator')", 90)
+        assert page.js("location.pathname") == task_href  # the UI shows the task instance, logged in
+
+        # And back: the task's "Slurm Job" button (Details tab) opens this page.
+        page.open(standalone.url + task_href + "/details")
+        button = (
+            f"[...document.querySelectorAll('a')].find(a => a.getAttribute('href') === '/slurmapi/jobs/{job.job_id}')"
+        )
+        try:
+            page.wait_js(f"({button} || {{}}).innerText === 'Slurm Job'", 90)
+        finally:
+            page.screenshot(ARTIFACTS / "slurm-task-instance.png")
+        page.send("Page.enable")
+        page.js(f"{button}.click()")
+        page.wait_js("location.pathname.startsWith('/slurmapi/jobs/') && !!document.getElementById('job-state')", 30)
+        assert page.js("document.getElementById('job-state').innerText") == "COMPLETED"
+
+
+def test_pages_refuse_whoever_may_not_see_the_job(standalone: Standalone, training_run: dict[str, Any]):
+    job = run_jobs(standalone, training_run)["train"]
+    url = f"{standalone.url}/slurmapi/jobs/{job.job_id}"
+    if standalone.major < 3:
+        # Airflow 2.x serves no page; the link falls back to job_link_template, and there is none here.
+        assert requests.get(url, timeout=10).status_code == 404
+        links = standalone.extra_links(training_run["dag_id"], training_run["run_id"], "train")
+        assert not links.get("Slurm Job")
+        return
+    unauthenticated = requests.get(url, timeout=10)
+    assert unauthenticated.status_code == 401 and unauthenticated.json() == {"detail": "Not authenticated"}
+    forged = requests.get(url, headers={"Authorization": "Bearer not-a-jwt"}, timeout=10)
+    assert forged.status_code == 403
+    nobody = standalone.session(NOBODY_USER, NOBODY_PASSWORD)
+    refused = nobody.get(url, timeout=10)
+    assert refused.status_code == 403 and refused.json() == {"detail": "Forbidden"}
+    assert nobody.get(f"{standalone.url}/slurmapi/jobs", timeout=30).status_code == 403  # may read no DAG
+    admin = standalone.session()
+    assert admin.get(url, timeout=30).status_code == 200
+    assert admin.post(url, timeout=10).status_code == 405  # nothing can change a job
+    assert admin.delete(url, timeout=10).status_code == 405
+    plugins = admin.get(f"{standalone.api}/plugins", timeout=10).json()["plugins"]
+    ours = next(p for p in plugins if p["name"] == "slurmapi")
+    assert [v["href"] for v in ours["external_views"]] == ["/slurmapi/jobs"]
+    assert [a["url_prefix"] for a in ours["fastapi_apps"]] == ["/slurmapi"]
