@@ -1,11 +1,16 @@
 """An example training pipeline on a Slurm cluster: prepare data, train (deferrable), evaluate, gate.
 
 Runs as-is against the built-in emulator (``make demo``); on a real cluster, point the
-``slurmapi_default`` connection at it and set ``current_working_directory`` to your home directory.
+``slurmapi_default`` connection at it and set, when the DAG file is parsed:
+
+- ``SLURMAPI_EXAMPLE_WORKDIR``: the jobs' working directory, on the cluster (``/home/airflow/slurm-demo``)
+- ``SLURMAPI_EXAMPLE_PARTITION``: the training job's partition (``gpu``)
+- ``SLURMAPI_EXAMPLE_GPUS``: GPUs per node for training, ``0`` for none (``1``)
 """
 
 from __future__ import annotations
 
+import os
 from datetime import datetime, timedelta
 from pathlib import Path
 
@@ -14,7 +19,9 @@ from airflow.providers.common.compat.sdk import DAG
 from airflow_provider_slurmapi.operators.slurmapi import SlurmSubmitJobOperator
 from airflow_provider_slurmapi.sensors.slurmapi import SlurmJobSensor
 
-WORKDIR = "/home/airflow/slurm-demo"
+WORKDIR = os.environ.get("SLURMAPI_EXAMPLE_WORKDIR", "/home/airflow/slurm-demo")
+TRAIN_PARTITION = os.environ.get("SLURMAPI_EXAMPLE_PARTITION", "gpu")
+TRAIN_GPUS = int(os.environ.get("SLURMAPI_EXAMPLE_GPUS", "1"))
 
 with DAG(
     dag_id="example_slurm_training",
@@ -35,9 +42,9 @@ with DAG(
     train = SlurmSubmitJobOperator(
         task_id="train",
         script="train.sh",
-        partition="gpu",
+        partition=TRAIN_PARTITION,
         nodes=1,
-        gpus_per_node=1,
+        gpus_per_node=TRAIN_GPUS or None,
         time_limit=timedelta(minutes=30),
         environment={"EPOCHS": "{{ params.epochs }}"},
         current_working_directory=WORKDIR,

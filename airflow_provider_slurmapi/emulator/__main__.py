@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import signal
 import sys
 import threading
@@ -41,11 +42,24 @@ def _parser() -> argparse.ArgumentParser:
         help=f"repeatable; the first is the default partition (default: {DEFAULT_PARTITIONS})",
     )
     parser.add_argument("--quiet", action="store_true", help="do not log each call")
+    proxy = parser.add_argument_group(
+        "proxy mode", "forward each Slurm call to a real slurmrestd; the Google layer stays the emulator's"
+    )
+    proxy.add_argument("--upstream", metavar="URL", help="slurmrestd URL, e.g. http://127.0.0.1:6820")
+    proxy.add_argument("--upstream-user", metavar="USER", help="X-SLURM-USER-NAME (default: $SLURM_USER)")
+    proxy.add_argument(
+        "--upstream-token", metavar="JWT", help="X-SLURM-USER-TOKEN (default: $SLURM_JWT; prefer the variable)"
+    )
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    args = parser.parse_args(argv)
+    upstream_user = args.upstream_user or os.environ.get("SLURM_USER") or None
+    upstream_token = args.upstream_token or os.environ.get("SLURM_JWT") or None
+    if args.upstream and not (upstream_user and upstream_token):
+        parser.error("--upstream needs --upstream-user (or $SLURM_USER) and --upstream-token (or $SLURM_JWT)")
     partitions = dict(args.partition) if args.partition else dict(DEFAULT_PARTITIONS)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", stream=sys.stderr)
     emulator = SlurmJobApiEmulator(
@@ -63,6 +77,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         token_lifetime=args.token_lifetime,
         simulate=args.simulate,
         log_calls=not args.quiet,
+        upstream=args.upstream,
+        upstream_user=upstream_user if args.upstream else None,
+        upstream_token=upstream_token if args.upstream else None,
     )
     stopping = threading.Event()
 
@@ -74,6 +91,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     emulator.start()
     try:
         print(f"Slurm Job API emulator listening on {emulator.endpoint}")
+        if args.upstream:
+            print(f"proxy mode: Slurm calls go to {emulator.upstream} as {upstream_user}")
         print(f"service account: {emulator.service_account_email}")
         print(f"key file: {emulator.key_path}")
         print(f"connection: {emulator.connection_json()}")

@@ -19,14 +19,24 @@ from .jobs import Job
 from .notation import hostlist
 from .server import Call, EmulatorHTTPServer, Frontend
 from .slurmrest import SlurmRest
+from .upstream import UpstreamSlurm
 
 DEFAULT_PARTITIONS = {"debug": 4, "gpu": 2}
+
+
+class ProxyModeError(RuntimeError):
+    """A helper that reads or drives the simulated cluster was called on an emulator in proxy mode."""
 
 
 class SlurmJobApiEmulator:
     """A local callSlurmRestApi endpoint with Google auth, real job processes and Slurm's reply shapes.
 
     Use it as a context manager (``with SlurmJobApiEmulator() as emu: ...``) or call ``start``/``stop``.
+
+    Proxy mode (``upstream="http://slurm:6820"`` with ``upstream_user`` and ``upstream_token``, a
+    slurmrestd JWT): the Google layer stays the emulator's (auth, 1 MB limit, NOT_FOUND /
+    PERMISSION_DENIED, faults) and each Slurm call goes to that real slurmrestd as ``upstream_user``;
+    the simulated cluster and the helpers that read it (``job``, ``jobs``, ``read_output``, ...) are off.
     """
 
     def __init__(
@@ -51,7 +61,15 @@ class SlurmJobApiEmulator:
         seed: int | None = None,
         completing_time: float = 0.3,
         kill_wait: float = 2.0,
+        upstream: str | None = None,
+        upstream_user: str | None = None,
+        upstream_token: str | None = None,
+        upstream_timeout: float = 60.0,
     ) -> None:
+        if upstream is not None and (not upstream_user or not upstream_token):
+            raise ValueError("proxy mode needs upstream_user and upstream_token (a slurmrestd JWT for that user)")
+        if upstream is not None and not upstream.startswith(("http://", "https://")):
+            raise ValueError(f"upstream must be an http:// or https:// URL, got {upstream!r}")
         self.host = host
         self.port = port
         self.project = project
@@ -91,6 +109,14 @@ class SlurmJobApiEmulator:
             kill_wait=kill_wait,
         )
         self._slurm = SlurmRest(self._cluster)
+        self.upstream = upstream.rstrip("/") if upstream is not None else None
+        self._upstream = (
+            UpstreamSlurm(
+                upstream, upstream_user or "", upstream_token or "", timeout=upstream_timeout, cluster_name=cluster
+            )
+            if upstream is not None
+            else None
+        )
         self._server: EmulatorHTTPServer | None = None
         self._thread: threading.Thread | None = None
         self._frontend: Frontend | None = None
@@ -112,7 +138,7 @@ class SlurmJobApiEmulator:
             region=self.region,
             cluster=self.cluster,
             authority=authority,
-            slurm=self._slurm,
+            slurm=self._upstream if self._upstream is not None else self._slurm,
             faults=self.faults,
             allowed_principals=self.allowed_principals,
             service_accounts=self._known_accounts,
@@ -129,7 +155,8 @@ class SlurmJobApiEmulator:
         key_path = self.state_dir / "service-account-key.json"
         write_keyfile(key_path, self.keyfile_dict)
         self.key_path = str(key_path)
-        self._cluster.start()
+        if self._upstream is None:
+            self._cluster.start()
         self._thread = threading.Thread(
             target=self._server.serve_forever, kwargs={"poll_interval": 0.1}, name="slurmapi-emulator-http"
         )
@@ -185,6 +212,13 @@ class SlurmJobApiEmulator:
     def airflow_env(self, conn_id: str = "slurmapi_default", **overrides: Any) -> dict[str, str]:
         return {f"AIRFLOW_CONN_{conn_id.upper()}": self.connection_json(**overrides)}
 
+    def _simulated(self, what: str) -> None:
+        if self._upstream is not None:
+            raise ProxyModeError(
+                f"{what}() reads the simulated cluster, which proxy mode does not use: this emulator forwards "
+                f"Slurm calls to {self.upstream}; ask that cluster through the API instead"
+            )
+
     # ---- inspection ------------------------------------------------------------------------------
 
     @property
@@ -201,6 +235,7 @@ class SlurmJobApiEmulator:
 
     def job(self, job_id: int) -> dict[str, Any]:
         """A snapshot of one job for tests; ``KeyError`` if the emulator never had it."""
+        self._simulated("job")
         with self._cluster.lock:
             job = self._cluster.get(job_id)
             if job is None:
@@ -208,6 +243,7 @@ class SlurmJobApiEmulator:
             return _snapshot(job)
 
     def jobs(self) -> list[dict[str, Any]]:
+        self._simulated("jobs")
         with self._cluster.lock:
             return [_snapshot(job) for job in self._cluster.all_jobs()]
 
@@ -218,26 +254,31 @@ class SlurmJobApiEmulator:
         ``["CANCELLED", "COMPLETING"]``.
         """
         wanted = frozenset([states] if isinstance(states, str) else states)
+        self._simulated("wait_for_state")
         with self._cluster.lock:
             return _snapshot(self._cluster.wait_for(job_id, wanted, timeout))
 
     def wait_for_purge(self, job_id: int, timeout: float = 30.0) -> dict[str, Any]:
         """Block until the job has left the active queue (MinJobAge or ``purge``)."""
+        self._simulated("wait_for_purge")
         with self._cluster.lock:
             return _snapshot(self._cluster.wait_until(job_id, lambda job: not job.in_queue, timeout, "leave the queue"))
 
     @property
     def spawned_pids(self) -> list[int]:
         """Process ids of every batch script started so far (each one leads its own session)."""
+        self._simulated("spawned_pids")
         with self._cluster.lock:
             return list(self._cluster.spawned_pids)
 
     def host_path(self, cluster_path: str) -> Path:
         """Where a cluster-side path (e.g. ``/home/user/slurm-5.out``) lives on this machine."""
+        self._simulated("host_path")
         return self._cluster.host_path(cluster_path)
 
     def read_output(self, job_id: int, stream: str = "stdout") -> str:
         """The job's standard output (or ``stream="stderr"``) so far; ``""`` if nothing was written."""
+        self._simulated("read_output")
         with self._cluster.lock:
             job = self._cluster.get(job_id)
             if job is None:
@@ -264,14 +305,17 @@ class SlurmJobApiEmulator:
         self.faults.clear()
 
     def set_slurmdbd_down(self, down: bool = True) -> None:
+        self._simulated("set_slurmdbd_down")
         self._slurm.slurmdbd_down = down
 
     def purge(self, job_id: int) -> None:
         """Drop a job (or an array) from the active queue now, as MinJobAge would later."""
+        self._simulated("purge")
         self._cluster.purge(job_id)
 
     def fail_job(self, job_id: int, state: str = "NODE_FAIL", requeue: bool = False) -> None:
         """A running job's node fails (or it is preempted): ``state``, or back to PENDING if ``requeue``."""
+        self._simulated("fail_job")
         self._cluster.fail_job(job_id, state, requeue)
 
     def expire_tokens(self) -> None:

@@ -13,12 +13,12 @@ import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 from urllib.parse import parse_qs
 
 from .auth import AccessToken, GrantError, TokenAuthority
 from .faults import GOOGLE_ERRORS, Fault, FaultInjector
-from .slurmrest import InvalidPath, SlurmRest
+from .slurmrest import InvalidPath
 
 logger = logging.getLogger("airflow_provider_slurmapi.emulator")
 
@@ -35,6 +35,14 @@ _UNAUTHENTICATED = (
     "Request had invalid authentication credentials. Expected OAuth 2 access token, login cookie or other "
     "valid authentication credential. See https://developers.google.com/identity/sign-in/web/devconsole-project."
 )
+
+
+class SlurmBackend(Protocol):
+    """The Slurm half of a call: the simulated cluster (``SlurmRest``) or a real slurmrestd (proxy mode)."""
+
+    def call(self, method: str, path: str, body: dict[str, Any] | None, user: str) -> tuple[int, dict[str, Any]]: ...
+
+    def dbd_down_reply(self) -> dict[str, Any]: ...
 
 
 class Call(NamedTuple):
@@ -66,7 +74,7 @@ class Frontend:
     region: str
     cluster: str
     authority: TokenAuthority
-    slurm: SlurmRest
+    slurm: SlurmBackend
     faults: FaultInjector
     allowed_principals: set[str]
     service_accounts: set[str]

@@ -15,6 +15,7 @@ from .jobs import Job, JobRequest
 from .notation import NotationError, parse_dependency
 from .render import job_info, slurmdb_job
 from .templates import data_type_name, envelope, job_desc_fields, meta, number, record
+from .versions import adapt
 
 _PATH = re.compile(r"^/(slurm|slurmdb)/v0\.0\.(40|41|42)/(.*)$")
 _JOB_PATH = re.compile(r"^job/([^/]+)/?$")
@@ -50,7 +51,7 @@ class SlurmRest:
         match = _PATH.match(parts.path)
         if not match:
             raise InvalidPath(path)
-        service, rest = match.group(1), match.group(3)
+        service, version, rest = match.group(1), int(match.group(2)), match.group(3)
         if "," in parts.query:
             # slurmrestd 24.11 answers a raw comma in a query with a plain-text 400 "Unable to parse query."
             raise InvalidPath(path)
@@ -59,11 +60,13 @@ class SlurmRest:
         # Lists come as repeated parameters (job_id=1&job_id=2), the only form slurmrestd accepts.
         query = {key: ",".join(values) for key, values in parse_qs(parts.query).items()}
         handler = self._route(service, method, rest)
-        if handler is None:
+        if handler is None or (handler == self._db_ping and version < 42):
+            # slurmrestd 24.11 serves /slurmdb/.../ping/ only from v0.0.42 (404 text before)
             raise InvalidPath(path)
         if service == "slurmdb" and self.slurmdbd_down:
-            return 502, self.dbd_down_reply()
-        return handler(rest, query, body or {}, user)
+            return 502, adapt(version, "", self.dbd_down_reply())
+        status, reply = handler(rest, query, body or {}, user)
+        return status, adapt(version, handler.__name__.lstrip("_"), reply)
 
     def _route(self, service: str, method: str, rest: str) -> Callable[..., Reply] | None:
         routes: dict[tuple[str, str, str], Callable[..., Reply]] = {

@@ -36,6 +36,8 @@ class Observation:
     error: SlurmJobApiError | None = None
     # True when the job was found only in accounting (it has left the active queue).
     accounted: bool = False
+    # The full record of a job that has ended, read in the tick's one batched accounting call.
+    job: SlurmJob | None = None
 
 
 def states_in_queue(version: str, job_ids: list[str]) -> Operation[dict[str, JobState]]:
@@ -54,9 +56,9 @@ def states_in_queue(version: str, job_ids: list[str]) -> Operation[dict[str, Job
     return states
 
 
-def states_in_accounting(version: str, job_ids: list[str]) -> Operation[dict[str, JobState]]:
-    """Accounting's states of jobs that have left the queue, batched with slurmdb's ``step`` filter."""
-    states: dict[str, JobState] = {}
+def accounted_jobs(version: str, job_ids: list[str]) -> Operation[dict[str, SlurmJob]]:
+    """Accounting's records of many jobs, batched with slurmdb's ``step`` filter."""
+    jobs: dict[str, SlurmJob] = {}
     for start in range(0, len(job_ids), CHUNK):
         chunk = job_ids[start : start + CHUNK]
         reply = yield Call("GET", versions.slurmdb_jobs_path(version, step=chunk))
@@ -64,8 +66,8 @@ def states_in_accounting(version: str, job_ids: list[str]) -> Operation[dict[str
         for record in _records(reply):
             job = SlurmJob.from_slurmdb(record, version)
             if job.array_task_id is None:
-                states[str(job.job_id)] = job.state
-    return states
+                jobs[str(job.job_id)] = job
+    return jobs
 
 
 class SharedJobPoller:
@@ -152,18 +154,28 @@ class SharedJobPoller:
     async def _observe_batched(self, version: str, ids: list[str]) -> dict[str, Observation]:
         states = await self.client.run(states_in_queue(version, ids))
         seen = {job_id: Observation(state=states[job_id]) for job_id in ids if job_id in states}
-        missing = [job_id for job_id in ids if job_id not in states]
-        if missing:
-            try:
-                accounted = await self.client.run(states_in_accounting(version, missing))
-            except SlurmJobApiError as err:
-                for job_id in missing:
+        # One accounting call for the jobs that left the queue and those that just ended in it (for
+        # their full records): a tick costs ceil(N/500) + 1 calls, however many jobs end at once.
+        ask = [job_id for job_id in ids if job_id not in states or states[job_id].is_terminal]
+        if not ask:
+            return seen
+        try:
+            accounted = await self.client.run(accounted_jobs(version, ask))
+        except SlurmJobApiError as err:
+            for job_id in ask:
+                if job_id not in seen:
                     seen[job_id] = Observation(error=err)
+            return seen
+        for job_id in ask:
+            job = accounted.get(job_id)
+            final = job if job is not None and job.state.is_terminal else None
+            if job_id in seen:
+                seen[job_id].job = final
+            elif job is not None:
+                seen[job_id] = Observation(state=job.state, accounted=True, job=final)
             else:
-                for job_id in missing:
-                    # Not in accounting yet either: just submitted, still pending its first record.
-                    state = accounted.get(job_id, JobState("PENDING"))
-                    seen[job_id] = Observation(state=state, accounted=job_id in accounted)
+                # Neither in the queue nor (yet) in accounting: just submitted, awaiting its first record.
+                seen[job_id] = Observation(state=JobState("PENDING"))
         return seen
 
     async def _observe_each(self, ids: list[str]) -> dict[str, Observation]:

@@ -212,7 +212,7 @@ class SlurmJobTrigger(BaseTrigger):
                         self.log.info(line)
                     if seen.state.is_terminal or seen.state.base in targets:
                         try:
-                            job = await poller.fetch(self.job_id)
+                            job = seen.job if seen.job is not None else await poller.fetch(self.job_id)
                         except SlurmJobApiError as err:
                             error = err
                         else:

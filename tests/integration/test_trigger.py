@@ -70,9 +70,9 @@ def test_shared_poller_makes_one_batched_call_per_tick(hook, slurmapi_emulator):
     batched = [c for c in calls if "/jobs/state/" in c[1]]
     per_job = [c for c in calls if "/job/" in c[1] and "/jobs/" not in c[1]]
     assert batched, "the poller did not use the batched path"
-    # One final full read per job, and no per-job polling.
-    assert len(per_job) <= 2 * len(ids)
-    assert len(calls) < len(ids) * 3
+    # No per-job call at all: the final records come from the tick's one batched accounting call.
+    assert per_job == []
+    assert len(calls) < len(ids)
     assert SharedJobPoller.active() == []
 
 
