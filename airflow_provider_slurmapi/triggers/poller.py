@@ -22,7 +22,7 @@ from airflow_provider_slurmapi.api.client import AsyncSlurmJobApiClient
 from airflow_provider_slurmapi.api.envelope import Call
 from airflow_provider_slurmapi.api.errors import GoogleApiError, SlurmApiError, SlurmJobApiError
 from airflow_provider_slurmapi.api.jobs import JobState, SlurmJob
-from airflow_provider_slurmapi.api.operations import Operation, _records
+from airflow_provider_slurmapi.api.operations import Operation, _records, job_states
 
 log = logging.getLogger(__name__)
 CHUNK = 500
@@ -44,15 +44,7 @@ def states_in_queue(version: str, job_ids: list[str]) -> Operation[dict[str, Job
     """States of the jobs still in the active queue, in chunks of :data:`CHUNK` ids."""
     states: dict[str, JobState] = {}
     for start in range(0, len(job_ids), CHUNK):
-        chunk = job_ids[start : start + CHUNK]
-        reply = yield Call("GET", versions.jobs_state_path(version, chunk))
-        reply.raise_for_errors("read job states")
-        for entry in _records(reply):
-            job_id = entry.get("job_id")
-            if isinstance(job_id, dict):
-                job_id = job_id.get("number")
-            if job_id is not None:
-                states[str(job_id)] = JobState.parse(entry.get("state", entry.get("job_state")))
+        states.update((yield from job_states(version, job_ids[start : start + CHUNK])))
     return states
 
 
