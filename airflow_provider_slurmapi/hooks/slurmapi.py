@@ -27,6 +27,13 @@ from airflow_provider_slurmapi.api.reattach import SubmitOutcome
 from airflow_provider_slurmapi.api.watch import DEFAULT_ERROR_BUDGET, Deadline, JobWatch, outcome_text
 
 
+def default_deferrable() -> bool:
+    """``[operators] default_deferrable``: the default of every ``deferrable`` argument here."""
+    from airflow.providers.common.compat.sdk import conf
+
+    return conf.getboolean("operators", "default_deferrable", fallback=False)
+
+
 class SlurmJobApiHook(BaseHook):
     """Talks to a cluster's Slurm Job API (``callSlurmRestApi``) through an Airflow connection.
 

@@ -22,7 +22,7 @@ from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from typing import Any
 
-from airflow.providers.common.compat.sdk import AirflowException, AirflowFailException, BaseOperator, conf
+from airflow.providers.common.compat.sdk import AirflowException, AirflowFailException, BaseOperator
 
 from airflow_provider_slurmapi.api.errors import (
     SlurmJobApiError,
@@ -33,7 +33,7 @@ from airflow_provider_slurmapi.api.errors import (
 from airflow_provider_slurmapi.api.jobs import JobSpec, JobState, SlurmJob
 from airflow_provider_slurmapi.api.reattach import tagged_comment, task_instance_tag
 from airflow_provider_slurmapi.api.watch import failure_error, outcome_text
-from airflow_provider_slurmapi.hooks.slurmapi import SlurmJobApiHook
+from airflow_provider_slurmapi.hooks.slurmapi import SlurmJobApiHook, default_deferrable
 from airflow_provider_slurmapi.links.slurmapi import SlurmJobLink, render_link
 from airflow_provider_slurmapi.version_compat import AIRFLOW_V_3_0_PLUS
 
@@ -129,7 +129,7 @@ class SlurmSubmitJobOperator(BaseOperator):
         standard_output: str | None = None,
         standard_error: str | None = None,
         wait_for_completion: bool = True,
-        deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
+        deferrable: bool | None = None,
         poll_interval: float = 30.0,
         cancel_on_kill: bool = True,
         retry_on_job_failure: bool = False,
@@ -154,7 +154,8 @@ class SlurmSubmitJobOperator(BaseOperator):
         self.standard_output = standard_output
         self.standard_error = standard_error
         self.wait_for_completion = wait_for_completion
-        self.deferrable = deferrable
+        # Read when the task is built (not when this module is imported), so the setting can change.
+        self.deferrable = default_deferrable() if deferrable is None else bool(deferrable)
         if not isinstance(poll_interval, (int, float)) or poll_interval <= 0:
             raise SlurmJobSpecError("poll_interval", f"{poll_interval!r} is not positive", "Give seconds > 0.")
         self.poll_interval = float(poll_interval)

@@ -10,12 +10,11 @@ from airflow.providers.common.compat.sdk import (
     AirflowFailException,
     AirflowSkipException,
     BaseSensorOperator,
-    conf,
 )
 
 from airflow_provider_slurmapi.api.errors import SlurmJobApiError, SlurmJobNotFoundError
 from airflow_provider_slurmapi.api.jobs import TERMINAL_STATES, JobState
-from airflow_provider_slurmapi.hooks.slurmapi import SlurmJobApiHook
+from airflow_provider_slurmapi.hooks.slurmapi import SlurmJobApiHook, default_deferrable
 from airflow_provider_slurmapi.links.slurmapi import SlurmJobLink, render_link
 
 
@@ -41,7 +40,7 @@ class SlurmJobSensor(BaseSensorOperator):
         job_id: int | str,
         success_states: Iterable[str] = ("COMPLETED",),
         failure_states: Iterable[str] | None = None,
-        deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
+        deferrable: bool | None = None,
         slurmapi_conn_id: str = SlurmJobApiHook.default_conn_name,
         **kwargs: Any,
     ) -> None:
@@ -54,7 +53,8 @@ class SlurmJobSensor(BaseSensorOperator):
         overlap = self.success_states & self.failure_states
         if overlap:
             raise ValueError(f"success_states and failure_states share {sorted(overlap)}: make them disjoint.")
-        self.deferrable = deferrable
+        # Read when the task is built (not when this module is imported), so the setting can change.
+        self.deferrable = default_deferrable() if deferrable is None else bool(deferrable)
         self.slurmapi_conn_id = slurmapi_conn_id
         self._link_done = False
 

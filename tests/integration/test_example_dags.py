@@ -1,0 +1,98 @@
+"""Every example DAG parses cleanly and runs to success against the emulator, deferrable and not."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+from airflow_provider_slurmapi.api.jobs import JobSpec
+from airflow_provider_slurmapi.hooks.slurmapi import SlurmJobApiHook
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "example_dags"
+pytestmark = pytest.mark.usefixtures("airflow_db")
+
+
+def load(name: str) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(name, EXAMPLES / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def states(dag_run) -> dict[str, str]:
+    return {
+        f"{ti.task_id}[{ti.map_index}]": str(ti.state).rsplit(".", 1)[-1].lower() for ti in dag_run.get_task_instances()
+    }
+
+
+def waited_in_triggerer(emu) -> bool:
+    """Deferred waits poll through the trigger's shared poller (batched jobs/state), sync ones per job."""
+    return any("/jobs/state/" in call.path for call in emu.calls)
+
+
+@pytest.fixture(params=[False, True], ids=["sync", "deferrable"])
+def default_deferrable(request, monkeypatch):
+    monkeypatch.setenv("AIRFLOW__OPERATORS__DEFAULT_DEFERRABLE", str(request.param))
+    return request.param
+
+
+def test_every_example_parses():
+    try:
+        from airflow.dag_processing.dagbag import DagBag
+    except ImportError:  # Airflow 2.11
+        from airflow.models.dagbag import DagBag
+
+    bag = DagBag(dag_folder=str(EXAMPLES))
+    assert bag.import_errors == {}
+    assert {
+        "example_slurm_training",
+        "example_slurm_external_job",
+        "example_slurm_sweep",
+        "example_slurm_dependency",
+    } <= set(bag.dag_ids)
+
+
+def test_sweep_fans_out_one_job_per_parameter_set(slurmapi_emulator, default_deferrable):
+    run = load("example_slurm_sweep").dag.test()
+    assert waited_in_triggerer(slurmapi_emulator) is default_deferrable
+    assert set(states(run).values()) == {"success"} and len(states(run)) == 3
+    outputs = sorted(slurmapi_emulator.read_output(j["job_id"]) for j in slurmapi_emulator.jobs())
+    assert [o.splitlines()[-1] for o in outputs] == [
+        "lr=0.001 batch=128 score=0.999",
+        "lr=0.01 batch=64 score=0.99",
+        "lr=0.1 batch=32 score=0.9",
+    ]
+    tags = {j["comment"] for j in slurmapi_emulator.jobs()}
+    assert len(tags) == 3  # one task instance (map index) per job
+
+
+def test_slurm_orders_the_dependency(slurmapi_emulator, default_deferrable):
+    run = load("example_slurm_dependency").dag.test()
+    assert set(states(run).values()) == {"success"}
+    assert waited_in_triggerer(slurmapi_emulator) is default_deferrable
+    pre, train = sorted(slurmapi_emulator.jobs(), key=lambda j: j["job_id"])
+    assert train["dependency"] == f"afterok:{pre['job_id']}"
+    assert train["start_time"] >= pre["end_time"]
+    assert "trained" in slurmapi_emulator.read_output(train["job_id"])
+
+
+def test_waits_on_an_externally_submitted_job(slurmapi_emulator, default_deferrable):
+    external = (
+        SlurmJobApiHook()
+        .submit(JobSpec.build("#!/bin/bash\nsleep 1\n", {"current_working_directory": "/home/someone"}))
+        .job_id
+    )
+    run = load("example_slurm_external_job").dag.test(run_conf={"job_id": external})
+    assert set(states(run).values()) == {"success"}
+    summarize = max(slurmapi_emulator.jobs(), key=lambda j: j["job_id"])
+    assert f"job {external} finished" in slurmapi_emulator.read_output(summarize["job_id"])
+
+
+def test_training_pipeline(slurmapi_emulator, default_deferrable):
+    run = load("example_slurm_training").dag.test()
+    assert set(states(run).values()) == {"success"}
+    assert all(j["state"] == ["COMPLETED"] for j in slurmapi_emulator.jobs())
