@@ -137,7 +137,7 @@ def slurmdb_job(job: Job, cluster: str) -> dict[str, Any]:
             "comment": {"administrator": "", "job": req.comment, "system": ""},
             "allocation_nodes": req.node_count if started else 0,
             "cluster": cluster,
-            "exit_code": _exit_code(job),
+            "exit_code": _db_exit_code(job),
             "flags": record["flags"] if started else [],
             "group": job.user,
             "job_id": job.job_id,
@@ -195,6 +195,22 @@ def slurmdb_job(job: Job, cluster: str) -> dict[str, Any]:
     return record
 
 
+def _killed_by_slurm(job: Job) -> bool:
+    """Cancelled or timed out: slurmctld signalled the batch script (SIGTERM, then SIGKILL)."""
+    return job.signal is not None and job.base_state in ("CANCELLED", "TIMEOUT")
+
+
+def _db_exit_code(job: Job) -> dict[str, Any]:
+    """The job's exit code in accounting: SUCCESS/0 when Slurm itself killed it (cancel, time limit).
+
+    Real slurmdbd 24.11 keeps the signal on the batch step only (recorded/v0.0.42/cancel, timeout):
+    ``/slurm`` says SIGNALED/15 for the same job.
+    """
+    if _killed_by_slurm(job):
+        return exit_code(0, None, "SUCCESS")
+    return _exit_code(job)
+
+
 def _pattern(job: Job, pattern: str, default: str) -> str:
     return absolute_path(job.request.current_working_directory, pattern or default)
 
@@ -209,7 +225,8 @@ def _batch_step(step: dict[str, Any], job: Job, start: int, end: int, now: int) 
     )
     step["exit_code"] = _exit_code(job)
     step["nodes"] = {"count": len(job.nodes), "range": hostlist(job.nodes), "list": list(job.nodes)}
-    step["state"] = [job.base_state]
+    # a timed-out job's batch step was cancelled by slurmctld: accounting says so (recorded/v0.0.42/timeout)
+    step["state"] = ["CANCELLED"] if _killed_by_slurm(job) else [job.base_state]
     step["kill_request_user"] = job.kill_request_user
     step["step"] = {"id": f"{job.job_id}.batch", "name": "batch"}
     return step

@@ -44,7 +44,7 @@ def test_every_example_parses():
     try:
         from airflow.dag_processing.dagbag import DagBag
     except ImportError:  # Airflow 2.11
-        from airflow.models.dagbag import DagBag
+        from airflow.models.dagbag import DagBag  # type: ignore[no-redef]
 
     bag = DagBag(dag_folder=str(EXAMPLES))
     assert bag.import_errors == {}
