@@ -22,7 +22,7 @@ from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from typing import Any
 
-from airflow.providers.common.compat.sdk import AirflowException, AirflowFailException, BaseOperator
+from airflow.providers.common.compat.sdk import AirflowException, AirflowFailException, BaseOperator, mask_secret
 
 from airflow_provider_slurmapi.api.errors import (
     SlurmJobApiError,
@@ -55,6 +55,20 @@ def _fail(error: SlurmJobApiError, *, retry_on_job_failure: bool) -> AirflowExce
     if isinstance(error, SlurmJobFailedError) and not (error.retryable or retry_on_job_failure):
         return SlurmJobFailedNoRetry(str(error))
     return SlurmJobError(str(error))
+
+
+SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|(^|_)KEY($|_)|APIKEY", re.IGNORECASE)
+
+
+def secret_values(environment: Any) -> list[str]:
+    """Values of environment entries whose names look secret (``*TOKEN*``, ``*SECRET*``, ``*KEY*``, ...)."""
+    if isinstance(environment, Mapping):
+        pairs = [(str(k), v) for k, v in environment.items()]
+    elif isinstance(environment, (list, tuple)):
+        pairs = [tuple(str(e).partition("=")[::2]) for e in environment]  # type: ignore[misc]
+    else:
+        return []
+    return [str(v) for k, v in pairs if v not in (None, "") and SECRET_NAME.search(k)]
 
 
 def default_job_name(dag_id: str, task_id: str) -> str:
@@ -169,6 +183,13 @@ class SlurmSubmitJobOperator(BaseOperator):
     @property
     def hook(self) -> SlurmJobApiHook:
         return SlurmJobApiHook(slurmapi_conn_id=self.slurmapi_conn_id)
+
+    def render_template_fields(self, context: Any, jinja_env: Any = None) -> None:
+        """Render, then mask secret-looking environment values before Airflow stores or logs them."""
+        super().render_template_fields(context, jinja_env)
+        job_env = self.job.get("environment") if isinstance(self.job, Mapping) else None
+        for value in secret_values(self.environment) + secret_values(job_env):
+            mask_secret(value)
 
     def job_fields(self, dag_id: str, task_id: str) -> dict[str, Any]:
         """The Slurm job fields: convenience arguments first, then ``job`` on top."""

@@ -102,3 +102,13 @@ with _dag("reattach"):
     SlurmSubmitJobOperator(
         task_id="train", script="#!/bin/bash\nsleep 2\n", current_working_directory=CWD, poll_interval=0.2
     )
+
+with _dag("secret_env"):
+    SlurmSubmitJobOperator(
+        task_id="train",
+        script='#!/bin/bash\n[ -n "$HUB_TOKEN" ] && [ -n "$HF_KEY" ] && echo has-key\n',
+        # A list hides the names from Airflow's own key-based masking; HF_KEY is not on Airflow's list.
+        environment=["HUB_TOKEN={{ 'sk-live-' ~ 'abc123xyz' }}", "HF_KEY=hf-secret-987", "EPOCHS=3"],
+        current_working_directory=CWD,
+        poll_interval=0.2,
+    )

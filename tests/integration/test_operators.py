@@ -140,3 +140,21 @@ def test_example_dag_runs_end_to_end(emu):
     train_id = tis["train"].xcom_pull(task_ids="train")
     assert "checkpoint written" in emu.read_output(train_id)
     assert emu.job(train_id)["partition"] == "gpu"
+
+
+def test_secret_looking_environment_values_are_masked(emu, capfd):
+    from airflow_provider_slurmapi.operators.slurmapi import secret_values
+
+    assert secret_values({"API_TOKEN": "t", "EPOCHS": "3", "MONKEY": "m"}) == ["t"]
+    assert secret_values(["DB_PASSWORD=p", "PATH=/bin"]) == ["p"]
+    _, tis = run("secret_env")
+    assert state(tis["train"]) == "success"
+    assert emu.read_output(tis["train"].xcom_pull(task_ids="train")).strip() == "has-key"  # the job got it
+    from airflow.models.renderedtifields import RenderedTaskInstanceFields
+
+    rendered = RenderedTaskInstanceFields.get_templated_fields(tis["train"])
+    assert rendered is not None and "EPOCHS" in str(rendered)
+    out = capfd.readouterr()
+    for secret in ("sk-live-abc123xyz", "hf-secret-987"):
+        assert secret not in str(rendered)
+        assert secret not in out.out + out.err
