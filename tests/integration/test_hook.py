@@ -194,3 +194,42 @@ def test_bad_connections_name_the_field(extra, field):
     with pytest.raises(SlurmJobSpecError) as info:
         settings_from_extra(extra, "my_conn")
     assert field in str(info.value) and "my_conn" in str(info.value)
+
+
+def test_one_token_refresh_at_a_time(hook, slurmapi_emulator):
+    import threading
+
+    client = hook.get_conn()
+    assert client.tokens is not None
+    client.tokens.invalidate()
+    before = slurmapi_emulator.token_requests
+    threads = [threading.Thread(target=client.tokens.token) for _ in range(20)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+
+    async def many() -> None:
+        client.tokens.invalidate()
+        await asyncio.gather(*(client.tokens.atoken() for _ in range(50)))
+
+    asyncio.run(many())
+    assert slurmapi_emulator.token_requests - before == 2  # one per invalidation, however many callers
+
+
+def test_quota_project_header(slurmapi_emulator, monkeypatch):
+    hook = use_connection(monkeypatch, slurmapi_emulator, conn_id="slurmapi_quota", quota_project_id="billing-proj")
+    client = hook.get_conn()
+    from airflow_provider_slurmapi.api.envelope import Call
+
+    request = client._request(Call("GET", "/slurm/v0.0.42/ping/"), "tok")
+    assert request.headers["x-goog-user-project"] == "billing-proj"
+    assert hook.test_connection()[0]
+
+
+def test_a_principal_without_access_is_refused(slurmapi_emulator, monkeypatch):
+    slurmapi_emulator.allowed_principals.clear()
+    hook = use_connection(monkeypatch, slurmapi_emulator, conn_id="slurmapi_denied")
+    with pytest.raises(GoogleApiError) as info:
+        hook.list_jobs()
+    assert info.value.status == "PERMISSION_DENIED" and "roles/aiplatform.user" in str(info.value)
