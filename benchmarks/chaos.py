@@ -6,7 +6,7 @@ Against one emulator with seeded random faults on every kind of call (503, 429, 
 JSON, slow replies past the client timeout, slurmdbd down, token endpoint errors, and submits whose
 reply is lost after Slurm accepted them), each task runs like an Airflow task with retries: build the
 job, submit (the provider's ``submit_once``: tagged, reattaching), wait; on a failure the next try starts
-over. The baseline does what a naive provider does: submit, and submit again when the submit call fails.
+over after ``--retry-delay`` seconds (Airflow's ``retry_delay``; it must outlast a slow reply). The baseline does what a naive provider does: submit, and submit again when the submit call fails.
 Printed: tasks that ended with their job COMPLETED, tries used, jobs per task (exactly 1 is right),
 duplicates, lost tasks, API calls and faults fired.
 """
@@ -26,7 +26,7 @@ KINDS = ("unavailable", "resource_exhausted", "internal", "reset", "malformed", 
 MAX_TRIES = 6
 
 
-def run(mode: str, tasks: int, rate: float, seed: int) -> dict[str, float]:
+def run(mode: str, tasks: int, rate: float, seed: int, retry_delay: float) -> dict[str, float]:
     from airflow_provider_slurmapi.api.errors import SlurmJobApiError
     from airflow_provider_slurmapi.api.jobs import JobSpec
     from airflow_provider_slurmapi.api.reattach import tagged_comment, task_instance_tag
@@ -57,6 +57,7 @@ def run(mode: str, tasks: int, rate: float, seed: int) -> dict[str, float]:
                         done += 1
                         break
                 except SlurmJobApiError:
+                    time.sleep(retry_delay)  # Airflow's retry_delay between tries (default 5 minutes)
                     continue
                 finally:
                     hook.get_conn().close()
@@ -79,12 +80,13 @@ def main() -> None:
     parser.add_argument("--tasks", type=int, default=40)
     parser.add_argument("--fault-rate", type=float, default=0.15, help="chance that a call meets a fault")
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--retry-delay", type=float, default=3.0, help="seconds between a task's tries")
     args = parser.parse_args()
     os.environ.setdefault("AIRFLOW_HOME", str(Path(__file__).resolve().parent.parent / ".airflow-bench"))
     rows = []
     for mode in ("provider", "naive"):
         started = time.time()
-        row = run(mode, args.tasks, args.fault_rate, args.seed)
+        row = run(mode, args.tasks, args.fault_rate, args.seed, args.retry_delay)
         row["seconds"] = time.time() - started
         rows.append((mode, row))
     print(f"\nChaos: {args.tasks} tasks, fault rate {args.fault_rate:.0%} per call, seed {args.seed}\n")
