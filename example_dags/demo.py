@@ -33,7 +33,8 @@ def main() -> int:
     from airflow_provider_slurmapi.emulator import SlurmJobApiEmulator
 
     with SlurmJobApiEmulator(partitions={"debug": 4, "gpu": 2}) as emu:
-        os.environ.update(emu.airflow_env())
+        # The task's "Slurm Job" link opens the emulator's own page of the job.
+        os.environ.update(emu.airflow_env(job_link_template=emu.job_link_template))
         print(f"Slurm Job API emulator at {emu.endpoint} (cluster {emu.cluster})", flush=True)
         sys.path.insert(0, str(HERE))
         from example_slurm_training import dag
@@ -46,6 +47,8 @@ def main() -> int:
         if train:
             print(f"\n=== output of the training job ({train[0]['standard_output']}) ===")
             print(emu.read_output(train[0]["job_id"]))
+        link = dag_run.get_task_instance("train").xcom_pull(task_ids="train", key="slurm_job_link")
+        print(f"The train task's Slurm Job link: {link['url'] if link else '(none)'}")
         state = str(getattr(dag_run, "state", "unknown"))
         print(f"DAG run finished: {state}")
         return 0 if state.endswith("success") else 1

@@ -143,6 +143,7 @@ class SlurmJobApiEmulator:
             allowed_principals=self.allowed_principals,
             service_accounts=self._known_accounts,
             log_calls=self.log_calls,
+            job_page=self._job_page if self._upstream is None else None,
         )
         self._server = EmulatorHTTPServer((self.host, self.port), self._frontend)
         self.port = self._server.server_address[1]
@@ -211,6 +212,20 @@ class SlurmJobApiEmulator:
 
     def airflow_env(self, conn_id: str = "slurmapi_default", **overrides: Any) -> dict[str, str]:
         return {f"AIRFLOW_CONN_{conn_id.upper()}": self.connection_json(**overrides)}
+
+    @property
+    def job_link_template(self) -> str:
+        """A ``job_link_template`` for the connection: the emulator's own page per job."""
+        return f"{self.endpoint}/jobs/{{job_id}}"
+
+    def _job_page(self, job_id: int) -> str | None:
+        from .status_page import render_job_page
+
+        try:
+            job = self.job(job_id)
+        except KeyError:
+            return None
+        return render_job_page(job, self.read_output(job_id), self.cluster)
 
     def _simulated(self, what: str) -> None:
         if self._upstream is not None:

@@ -10,6 +10,7 @@ import socket
 import struct
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -35,6 +36,9 @@ _UNAUTHENTICATED = (
     "Request had invalid authentication credentials. Expected OAuth 2 access token, login cookie or other "
     "valid authentication credential. See https://developers.google.com/identity/sign-in/web/devconsole-project."
 )
+
+
+_JOB_PAGE = re.compile(r"^/jobs/([0-9]{1,12})/?$")
 
 
 class SlurmBackend(Protocol):
@@ -79,6 +83,8 @@ class Frontend:
     allowed_principals: set[str]
     service_accounts: set[str]
     log_calls: bool = False
+    # Renders ``GET /jobs/{id}`` (the human-readable job page), or None where there is none (proxy mode).
+    job_page: Callable[[int], str | None] | None = None
     calls: list[Call] = field(default_factory=list)
     calls_lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -195,6 +201,15 @@ class Handler(BaseHTTPRequestHandler):
 
     # ---- routing -----------------------------------------------------------------------------------
 
+    def do_GET(self) -> None:
+        """``/jobs/{id}``: a page for people (the demo's job link); every other GET is Google's 404."""
+        match = _JOB_PAGE.match(self.path.split("?")[0])
+        page = self.frontend.job_page(int(match.group(1))) if match and self.frontend.job_page else None
+        if page is None:
+            self._not_found()
+            return
+        self._send(200, page.encode(), "text/html; charset=utf-8")
+
     def do_POST(self) -> None:
         path = self.path.split("?")[0]
         try:
@@ -217,7 +232,7 @@ class Handler(BaseHTTPRequestHandler):
             self.rfile.read(length)
         self._send_error(GoogleError(404, "NOT_FOUND", f"The requested URL {self.path} was not found."))
 
-    do_GET = do_PUT = do_PATCH = do_DELETE = _not_found
+    do_PUT = do_PATCH = do_DELETE = _not_found
 
     # ---- /token ------------------------------------------------------------------------------------
 
