@@ -145,7 +145,7 @@ class Cluster:
             tasks: list[Job] = []
             for offset, index in enumerate(indexes):
                 job = Job(
-                    job_id=master + offset,
+                    job_id=_task_job_id(master, offset, len(indexes)),
                     request=request,
                     user=user,
                     submit_time=now,
@@ -442,17 +442,30 @@ class Cluster:
         return ""
 
     def _dependency_reason(self, job: Job) -> str:
-        waiting = False
+        """``Dependency`` / ``DependencyNeverSatisfied`` / ``""``; sets the job's dependency text as Slurm
+        prints it: each clause not yet satisfied, ``kind:ID(unfulfilled)`` or ``kind:ID(failed)``."""
+        waiting = never = False
+        parts: list[str] = []
         for clause in job.request.dependencies:
             for dep_id in clause.job_ids:
+                unfulfilled = failed = False
                 for target in self._arrays.get(dep_id) or [self._jobs[dep_id]]:
                     ok = target.base_state == "COMPLETED"
                     if clause.kind == "after":
-                        waiting = waiting or target.base_state == "PENDING"
+                        unfulfilled = unfulfilled or target.base_state == "PENDING"
                     elif not target.is_final:
-                        waiting = True
+                        unfulfilled = True
                     elif (clause.kind == "afterok" and not ok) or (clause.kind == "afternotok" and ok):
-                        return "DependencyNeverSatisfied"
+                        failed = True
+                if failed:
+                    parts.append(f"{clause.kind}:{dep_id}(failed)")
+                    never = True
+                elif unfulfilled:
+                    parts.append(f"{clause.kind}:{dep_id}(unfulfilled)")
+                    waiting = True
+        job.dependency_text = ",".join(parts)
+        if never:
+            return "DependencyNeverSatisfied"
         return "Dependency" if waiting else ""
 
     def _start(self, job: Job, free: list[int]) -> None:
@@ -527,3 +540,15 @@ class Cluster:
 def _node_index(name: str) -> int:
     digits = len(name) - len(name.rstrip("0123456789"))
     return int(name[-digits:]) - 1
+
+
+def _task_job_id(master: int, offset: int, count: int) -> int:
+    """The job id of an array's ``offset``-th task.
+
+    slurmctld 24.11 splits each task off the pending array record under a new id as it starts, so the
+    array's own id ends on the last task: ``0-2`` submitted as 35 gives tasks 0, 1, 2 the ids 36, 37, 35
+    (recorded/v0.0.42/array). The emulator numbers tasks in index order, as tasks start in that order.
+    """
+    if count == 1 or offset == count - 1:
+        return master
+    return master + 1 + offset

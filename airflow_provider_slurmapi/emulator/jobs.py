@@ -83,6 +83,8 @@ class Job:
     stderr_path: str = ""
     stdin_path: str = "/dev/null"
     in_queue: bool = True
+    # slurmctld's view of the dependency ("afterok:12(unfulfilled)"); None until first evaluated
+    dependency_text: str | None = None
 
     @property
     def base_state(self) -> str:

@@ -48,7 +48,9 @@ def job_info(job: Job, cluster: str) -> dict[str, Any]:
             "cluster": cluster,
             "comment": req.comment,
             "cpus_per_task": number(req.cpus_per_task),
-            "dependency": req.dependency if job.base_state == "PENDING" else "",
+            "dependency": (req.dependency if job.dependency_text is None else job.dependency_text)
+            if job.base_state == "PENDING"
+            else "",
             "eligible_time": number(job.eligible_time or (job.submit_time if started else 0)),
             "end_time": number(_end_time(job)),
             "exit_code": _exit_code(job),

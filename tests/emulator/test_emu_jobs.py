@@ -138,10 +138,10 @@ def test_array_with_throttle(api: Api, emu: SlurmJobApiEmulator) -> None:
         "echo start $(date +%s.%N) >> ../spans.txt\nsleep 0.4\necho end $(date +%s.%N) >> ../spans.txt\n"
     )
     master = api.submit(script, array="0-3%2", current_working_directory=f"{CWD}/array")
-    emu.wait_for_state(master, "RUNNING", 10)
+    emu.wait_for_state(master + 1, "RUNNING", 10)  # task 0: the array id ends on the last task
     status, body = api.job(master)
     tasks = body["jobs"]
-    assert status == 200 and [t["job_id"] for t in tasks] == [master, master + 1, master + 2, master + 3]
+    assert status == 200 and [t["job_id"] for t in tasks] == [master + 1, master + 2, master + 3, master]
     assert [t["array_task_id"]["number"] for t in tasks] == [0, 1, 2, 3]
     assert {t["array_job_id"]["number"] for t in tasks} == {master}
     assert [t["array_max_tasks"]["number"] for t in tasks] == [2] * 4
@@ -149,8 +149,8 @@ def test_array_with_throttle(api: Api, emu: SlurmJobApiEmulator) -> None:
     assert len(pending) == 2 and {t["state_reason"] for t in pending} == {"JobArrayTaskLimit"}
     for offset in range(4):
         emu.wait_for_state(master + offset, "COMPLETED", 10)
-    assert emu.read_output(master + 2).strip() == f"{master} 2 {master + 2}"
-    assert emu.job(master + 2)["standard_output"] == f"{CWD}/array/slurm-{master}_2.out"
+    assert emu.read_output(master + 3).strip() == f"{master} 2 {master + 3}"
+    assert emu.job(master + 3)["standard_output"] == f"{CWD}/array/slurm-{master}_2.out"
     events = sorted(
         (float(stamp), 1 if kind == "start" else -1)
         for kind, stamp in (line.split() for line in emu.host_path(f"{CWD}/spans.txt").read_text().splitlines())
@@ -162,7 +162,7 @@ def test_array_with_throttle(api: Api, emu: SlurmJobApiEmulator) -> None:
     assert peak == 2
     states = api.call("GET", f"/slurm/{V}/jobs/state/?job_id={master}")[1]["jobs"]
     assert [s["job_id"] for s in states] == [f"{master}_{i}" for i in range(4)]
-    assert api.job(f"{master}_3")[1]["jobs"][0]["job_id"] == master + 3
+    assert api.job(f"{master}_3")[1]["jobs"][0]["job_id"] == master
     assert len(api.db_job(master)[1]["jobs"]) == 4
 
 
@@ -184,7 +184,7 @@ def test_afterok_dependency(api: Api, emu: SlurmJobApiEmulator) -> None:
     assert (info["job_state"], info["state_reason"], info["dependency"]) == (
         ["PENDING"],
         "Dependency",
-        f"afterok:{first}",
+        f"afterok:{first}(unfulfilled)",  # as slurmctld prints it
     )
     done = emu.wait_for_state(second, "COMPLETED", 10)
     assert done["start_time"] >= emu.job(first)["end_time"]

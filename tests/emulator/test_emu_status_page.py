@@ -13,9 +13,15 @@ def test_job_page_shows_state_exit_code_and_output(slurmapi_emulator: SlurmJobAp
     from airflow_provider_slurmapi.api.jobs import JobSpec
     from airflow_provider_slurmapi.hooks.slurmapi import SlurmJobApiHook
 
-    job_id = SlurmJobApiHook().submit(
-        JobSpec.build("#!/bin/bash\necho '<b>hello</b>'\nexit 2\n", {"current_working_directory": CWD, "name": "pg"})
-    ).job_id
+    job_id = (
+        SlurmJobApiHook()
+        .submit(
+            JobSpec.build(
+                "#!/bin/bash\necho '<b>hello</b>'\nexit 2\n", {"current_working_directory": CWD, "name": "pg"}
+            )
+        )
+        .job_id
+    )
     slurmapi_emulator.wait_for_state(job_id, "FAILED", 30)
     url = slurmapi_emulator.job_link_template.format(job_id=job_id)
     page = requests.get(url, timeout=10)
