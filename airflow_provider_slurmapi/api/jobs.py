@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import posixpath
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -349,8 +350,13 @@ def _outputs(
 
 
 def _db_output(record: Mapping[str, Any], key: str, **names: Any) -> str:
-    path = _str(record.get(f"{key}_expanded"))
-    return path or expand_output_pattern(_str(record.get(key)), **names)
+    raw = _str(record.get(key))
+    workdir = _str(record.get("working_directory"))
+    if raw and not raw.startswith("/") and workdir:
+        # slurmdbd 24.11 joins a relative pattern to the working directory without the "/"
+        # (/home/u/runtrain-7.out for train-%j.out in /home/u/run): build the path ourselves.
+        return posixpath.join(workdir, expand_output_pattern(raw, **names))
+    return _str(record.get(f"{key}_expanded")) or expand_output_pattern(raw, **names)
 
 
 def _tres_string(items: Any) -> str:

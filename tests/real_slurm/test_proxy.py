@@ -174,13 +174,8 @@ def test_example_dag_end_to_end_through_the_proxy(real_slurm, proxy, monkeypatch
     assert any("/jobs/state/" in path for path in paths)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="Slurm 24.11.5's slurmdbd reports stdout_expanded as working_directory + pattern without a '/' "
-    "(/home/u/dirtrain-5.out for 'train-%j.out'; the file is at /home/u/dir/train-5.out) and "
-    "SlurmJob.from_slurmdb trusts it (api/jobs.py _db_output); remove this mark once it is fixed there",
-)
 def test_relative_output_from_accounting(real_slurm, hook):
+    """slurmdbd 24.11.5 reports a relative pattern's path without the "/" after the working directory."""
     job_id = hook.submit_job("#!/bin/bash\necho rel\n", job(real_slurm, standard_output="rel-%j.out"))
     hook.wait_for_job(job_id, poll_interval=0.5, timeout=120)
     expected = f"{real_slurm.home}/rel-{job_id}.out"

@@ -176,3 +176,9 @@ def test_spec_rejects_bad_input_naming_the_field(script, job, field):
 def test_spec_rejects_a_non_mapping_job():
     with pytest.raises(SlurmJobSpecError, match="job"):
         JobSpec.build(SCRIPT, ["not", "a", "dict"])  # type: ignore[arg-type]
+
+
+def test_relative_output_in_accounting_is_joined_properly():
+    record = dict(recorded("slurmdb_job")["jobs"][0])
+    record.update(stdout="train-%j.out", stdout_expanded="/home/u/runtrain-1.out", working_directory="/home/u/run")
+    assert SlurmJob.from_slurmdb(record).standard_output == "/home/u/run/train-1.out"
