@@ -76,6 +76,13 @@ class SlurmJobLink(BaseOperatorLink):
         target = url or default_job_url(job_id, conn_id)
         context["ti"].xcom_push(key=XCOM_LINK_KEY, value={"url": target, "job_id": str(job_id), "conn_id": conn_id})
 
+    @classmethod
+    def persist_for(cls, context: Any, hook: Any, job_id: int | str) -> None:
+        """Render the connection's ``job_link_template`` for ``job_id`` and store the link (see :meth:`persist`)."""
+        settings = hook.settings
+        url = render_link(settings.job_link_template, job_id=job_id, **settings.link_fields())
+        cls.persist(context, url=url, job_id=job_id, conn_id=hook.slurmapi_conn_id)
+
     def get_link(self, operator: Any, *, ti_key: TaskInstanceKey) -> str:
         value = XCom.get_value(key=XCOM_LINK_KEY, ti_key=ti_key)
         if isinstance(value, dict):

@@ -34,7 +34,7 @@ from airflow_provider_slurmapi.api.jobs import JobSpec, JobState, SlurmJob
 from airflow_provider_slurmapi.api.reattach import tagged_comment, task_instance_tag
 from airflow_provider_slurmapi.api.watch import failure_error, outcome_text
 from airflow_provider_slurmapi.hooks.slurmapi import SlurmJobApiHook, default_deferrable
-from airflow_provider_slurmapi.links.slurmapi import SlurmJobLink, render_link
+from airflow_provider_slurmapi.links.slurmapi import SlurmJobLink
 from airflow_provider_slurmapi.version_compat import AIRFLOW_V_3_0_PLUS
 
 XCOM_JOB_ID = "slurm_job_id"
@@ -243,7 +243,7 @@ class SlurmSubmitJobOperator(BaseOperator):
         verb = "Reattached to" if outcome.reattached else "Submitted"
         self.log.info("%s Slurm job %s (%s) on %s", verb, self.job_id, spec.job.get("name"), partition)
         context["ti"].xcom_push(key=XCOM_JOB_ID, value=self.job_id)
-        self._persist_link(context, hook, self.job_id)
+        SlurmJobLink.persist_for(context, hook, self.job_id)
         if not self.wait_for_completion:
             return self.job_id
         if outcome.job is not None and outcome.job.state.is_terminal:
@@ -252,11 +252,6 @@ class SlurmSubmitJobOperator(BaseOperator):
         if self.deferrable:
             self._defer(context, self.job_id)
         return self._wait(context, hook, self.job_id)
-
-    def _persist_link(self, context: Any, hook: SlurmJobApiHook, job_id: int) -> None:
-        settings = hook.settings
-        url = render_link(settings.job_link_template, job_id=job_id, **settings.link_fields())
-        SlurmJobLink.persist(context, url=url, job_id=job_id)
 
     def _deadline(self, context: Any) -> float | None:
         """When the trigger gives up: the end of ``execution_timeout``, counted from the task's start.

@@ -15,7 +15,7 @@ from airflow.providers.common.compat.sdk import (
 from airflow_provider_slurmapi.api.errors import SlurmJobApiError, SlurmJobNotFoundError
 from airflow_provider_slurmapi.api.jobs import TERMINAL_STATES, JobState
 from airflow_provider_slurmapi.hooks.slurmapi import SlurmJobApiHook, default_deferrable
-from airflow_provider_slurmapi.links.slurmapi import SlurmJobLink, render_link
+from airflow_provider_slurmapi.links.slurmapi import SlurmJobLink
 
 
 class SlurmJobSensor(BaseSensorOperator):
@@ -67,18 +67,12 @@ class SlurmJobSensor(BaseSensorOperator):
             raise AirflowFailException(message)
         return False
 
-    def _link(self, context: Any, hook: SlurmJobApiHook) -> None:
-        if self._link_done:
-            return
-        s = hook.settings
-        url = render_link(s.job_link_template, job_id=self.job_id, **s.link_fields())
-        SlurmJobLink.persist(context, url=url, job_id=self.job_id)
-        self._link_done = True
-
     def poke(self, context: Any) -> bool:
         hook = SlurmJobApiHook(slurmapi_conn_id=self.slurmapi_conn_id)
         try:
-            self._link(context, hook)
+            if not self._link_done:
+                SlurmJobLink.persist_for(context, hook, self.job_id)
+                self._link_done = True
             job = hook.get_job(self.job_id)
         except SlurmJobNotFoundError as err:
             raise AirflowFailException(str(err)) from None
