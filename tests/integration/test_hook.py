@@ -54,9 +54,11 @@ def test_cancel_running_job(hook, slurmapi_emulator):
     slurmapi_emulator.wait_for_state(job_id, ["RUNNING"], timeout=30)
     result = hook.cancel_job(job_id)
     assert not result.already_finished
-    seen = []
+    seen: list[str] = []
     job = hook.wait_for_job(job_id, poll_interval=0.05, timeout=60, on_poll=lambda j: seen.append(str(j.state)))
     assert job.state.base == "CANCELLED" and job.state.is_terminal
+    # The wait went on past CANCELLED+COMPLETING (not terminal by Slurm's rule) to CANCELLED.
+    assert seen[-1] == "CANCELLED" and all(s.startswith(("RUNNING", "CANCELLED")) for s in seen)
     assert hook.cancel_job(job_id).already_finished
 
 
