@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Sequence
+from datetime import timedelta
 from typing import Any
 
 from airflow.providers.common.compat.sdk import (
@@ -16,6 +17,14 @@ from airflow_provider_slurmapi.api.errors import SlurmJobApiError, SlurmJobNotFo
 from airflow_provider_slurmapi.api.jobs import TERMINAL_STATES, JobState
 from airflow_provider_slurmapi.hooks.slurmapi import SlurmJobApiHook, default_deferrable
 from airflow_provider_slurmapi.links.slurmapi import SlurmJobLink
+from airflow_provider_slurmapi.version_compat import AIRFLOW_V_3_3_PLUS
+
+TRIGGER_CLASSPATH = "airflow_provider_slurmapi.triggers.slurmapi.SlurmJobTrigger"
+
+
+def _is_templated(value: str | int) -> bool:
+    """True for a Jinja string that Airflow still has to render."""
+    return isinstance(value, str) and any(mark in value for mark in ("{{", "{%", "{#"))
 
 
 class SlurmJobSensor(BaseSensorOperator):
@@ -25,6 +34,12 @@ class SlurmJobSensor(BaseSensorOperator):
     :param success_states: base states that mean success (default ``["COMPLETED"]``).
     :param failure_states: base states that fail the sensor (default every other terminal state).
     :param deferrable: wait in the triggerer (default ``[operators] default_deferrable``).
+    :param start_from_trigger: with ``deferrable``, start the wait directly in the triggerer, without
+        taking a worker slot first (default: on wherever the Airflow version allows it — Airflow 3.3+,
+        which renders ``job_id`` in the triggerer, or any version when ``job_id`` is a plain, untemplated
+        id). The worker then runs only the last step, after the job ended: the "Slurm Job" link is stored
+        at that point. ``False`` always defers from the worker (first check there, link stored at once).
+        Mapped sensors (``.expand()``) always defer from the worker.
     :param slurmapi_conn_id: the ``slurmapi`` connection (default ``slurmapi_default``).
 
     ``mode`` (poke / reschedule), ``poke_interval``, ``timeout`` and ``soft_fail`` work as on every
@@ -33,6 +48,9 @@ class SlurmJobSensor(BaseSensorOperator):
 
     template_fields: Sequence[str] = ("job_id",)
     operator_extra_links = (SlurmJobLink(),)
+    # Set per instance by __init__ when the sensor starts from the triggerer.
+    start_trigger_args = None
+    start_from_trigger = False
 
     def __init__(
         self,
@@ -41,6 +59,7 @@ class SlurmJobSensor(BaseSensorOperator):
         success_states: Iterable[str] = ("COMPLETED",),
         failure_states: Iterable[str] | None = None,
         deferrable: bool | None = None,
+        start_from_trigger: bool | None = None,
         slurmapi_conn_id: str = SlurmJobApiHook.default_conn_name,
         **kwargs: Any,
     ) -> None:
@@ -57,6 +76,42 @@ class SlurmJobSensor(BaseSensorOperator):
         self.deferrable = default_deferrable() if deferrable is None else bool(deferrable)
         self.slurmapi_conn_id = slurmapi_conn_id
         self._link_done = False
+        if start_from_trigger and not self.deferrable:
+            raise ValueError(
+                f"{self.task_id}: start_from_trigger=True needs deferrable=True (the wait runs in the triggerer)."
+            )
+        if self.deferrable and start_from_trigger is not False and self._may_start_from_trigger():
+            # Imported here, not with the module: DAG files that import the sensor stay cheap.
+            from airflow.triggers.base import StartTriggerArgs
+
+            self.start_from_trigger = True
+            self.start_trigger_args = StartTriggerArgs(
+                trigger_cls=TRIGGER_CLASSPATH,
+                trigger_kwargs=self._trigger_kwargs(deadline=None),
+                next_method="execute_complete",
+                next_kwargs=None,
+                # Airflow keeps the deadline (in its database, so it outlasts a triggerer restart) and
+                # fails the sensor with AirflowSensorTimeout, or skips it with soft_fail.
+                timeout=timedelta(seconds=self.timeout) if self.timeout else None,
+            )
+
+    def _may_start_from_trigger(self) -> bool:
+        # Only a string or an int can go into the trigger's stored arguments (an XComArg cannot), and
+        # before 3.3 the triggerer does not render templates: the id must already be final.
+        if not isinstance(self.job_id, (int, str)):
+            return False
+        return AIRFLOW_V_3_3_PLUS or not _is_templated(self.job_id)
+
+    def _trigger_kwargs(self, *, deadline: float | None) -> dict[str, Any]:
+        """The trigger's arguments; ``job_id`` may still be a template (the 3.3+ triggerer renders it)."""
+        targets = sorted((self.success_states | self.failure_states) - TERMINAL_STATES)
+        return {
+            "job_id": self.job_id,
+            "slurmapi_conn_id": self.slurmapi_conn_id,
+            "poll_interval": float(self.poke_interval),
+            "deadline": deadline,
+            "target_states": targets or None,
+        }
 
     def _decide(self, state: JobState, message: str) -> bool:
         if state.base in self.success_states and (state.is_terminal or state.base not in TERMINAL_STATES):
@@ -66,6 +121,13 @@ class SlurmJobSensor(BaseSensorOperator):
                 raise AirflowSkipException(message)
             raise AirflowFailException(message)
         return False
+
+    def _persist_link(self, context: Any) -> None:
+        try:
+            SlurmJobLink.persist_for(context, SlurmJobApiHook(slurmapi_conn_id=self.slurmapi_conn_id), self.job_id)
+        except SlurmJobApiError as err:
+            self.log.warning("Could not store the Slurm job link for job %s: %s", self.job_id, err)
+        self._link_done = True
 
     def poke(self, context: Any) -> bool:
         hook = SlurmJobApiHook(slurmapi_conn_id=self.slurmapi_conn_id)
@@ -91,23 +153,17 @@ class SlurmJobSensor(BaseSensorOperator):
 
         if self.poke(context):
             return None
-        targets = sorted((self.success_states | self.failure_states) - TERMINAL_STATES)
-        self.defer(
-            trigger=SlurmJobTrigger(
-                job_id=self.job_id,
-                slurmapi_conn_id=self.slurmapi_conn_id,
-                poll_interval=self.poke_interval,
-                deadline=time.time() + self.timeout if self.timeout else None,
-                target_states=targets or None,
-            ),
-            method_name="execute_complete",
-        )
+        deadline = time.time() + self.timeout if self.timeout else None
+        self.defer(trigger=SlurmJobTrigger(**self._trigger_kwargs(deadline=deadline)), method_name="execute_complete")
         return None
 
     def execute_complete(self, context: Any, event: dict[str, Any]) -> None:
         from airflow_provider_slurmapi.triggers.slurmapi import ERROR, TIMEOUT
 
         status, message = event.get("status"), str(event.get("message"))
+        if self.start_from_trigger:
+            # Started from the triggerer: this is the sensor's first step on a worker.
+            self._persist_link(context)
         if status in (TIMEOUT, ERROR):
             if self.soft_fail:
                 raise AirflowSkipException(message)
