@@ -47,6 +47,9 @@ def main() -> int:
         if train:
             print(f"\n=== output of the training job ({train[0]['standard_output']}) ===")
             print(emu.read_output(train[0]["job_id"]))
+        publish = [j for j in emu.jobs() if j["name"].endswith(".publish")]
+        if publish:
+            print(f"=== publish: {emu.read_output(publish[0]['job_id']).strip()} ===")
         link = dag_run.get_task_instance("train").xcom_pull(task_ids="train", key="slurm_job_link")
         print(f"The train task's Slurm Job link: {link['url'] if link else '(none)'}")
         state = str(getattr(dag_run, "state", "unknown"))

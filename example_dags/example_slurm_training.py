@@ -1,4 +1,8 @@
-"""An example training pipeline on a Slurm cluster: prepare data, train (deferrable), evaluate, gate.
+"""An example training pipeline on a Slurm cluster: prepare data, train (deferrable), evaluate, gate, publish.
+
+``evaluate`` submits the evaluation job and returns at once; the ``evaluation_done`` sensor gates the
+pipeline on it (deferrable: on Airflow 3.3+ it starts straight in the triggerer, without a worker slot);
+``publish`` then copies the trained checkpoint to the cluster's ``published/`` directory.
 
 Runs as-is against the built-in emulator (``make demo``); on a real cluster, point the
 ``slurmapi_default`` connection at it and set, when the DAG file is parsed:
@@ -64,8 +68,20 @@ with DAG(
         job_id="{{ ti.xcom_pull(task_ids='evaluate') }}",
         poke_interval=1,
         timeout=600,
+        deferrable=True,
     )
-    prepare >> train >> evaluate >> evaluation_done
+    publish = SlurmSubmitJobOperator(
+        task_id="publish",
+        script=(
+            "#!/bin/bash\nset -e\nmkdir -p published\n"
+            "cp checkpoints/model-{{ ti.xcom_pull(task_ids='train') }}.ckpt published/model-latest.ckpt\n"
+            "echo published checkpoints/model-{{ ti.xcom_pull(task_ids='train') }}.ckpt as published/model-latest.ckpt\n"
+        ),
+        current_working_directory=WORKDIR,
+        time_limit=5,
+        poll_interval=1,
+    )
+    prepare >> train >> evaluate >> evaluation_done >> publish
 
 if __name__ == "__main__":
     dag.test()

@@ -94,5 +94,13 @@ def test_waits_on_an_externally_submitted_job(slurmapi_emulator, default_deferra
 
 def test_training_pipeline(slurmapi_emulator, default_deferrable):
     run = load("example_slurm_training").dag.test()
-    assert set(states(run).values()) == {"success"}
-    assert all(j["state"] == ["COMPLETED"] for j in slurmapi_emulator.jobs())
+    assert states(run) == dict.fromkeys(
+        ["prepare_data[-1]", "train[-1]", "evaluate[-1]", "evaluation_done[-1]", "publish[-1]"], "success"
+    )
+    jobs = {j["name"].rsplit(".", 1)[-1]: j for j in slurmapi_emulator.jobs()}
+    assert set(jobs) == {"prepare_data", "train", "evaluate", "publish"}
+    assert all(j["state"] == ["COMPLETED"] for j in jobs.values())
+    # publish ran after the gate, on the checkpoint of this run's training job
+    assert jobs["publish"]["start_time"] >= jobs["evaluate"]["end_time"]
+    published = slurmapi_emulator.read_output(jobs["publish"]["job_id"])
+    assert f"published checkpoints/model-{jobs['train']['job_id']}.ckpt as published/model-latest.ckpt" in published

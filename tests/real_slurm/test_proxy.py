@@ -161,16 +161,19 @@ def test_example_dag_end_to_end_through_the_proxy(real_slurm, proxy, monkeypatch
 
     tis = {ti.task_id: ti for ti in dag_run.get_task_instances()}
     states = {task_id: str(ti.state).rsplit(".", 1)[-1].lower() for task_id, ti in tis.items()}
-    assert states == dict.fromkeys(["prepare_data", "train", "evaluate", "evaluation_done"], "success")
+    assert states == dict.fromkeys(["prepare_data", "train", "evaluate", "evaluation_done", "publish"], "success")
     summary = tis["train"].xcom_pull(task_ids="train", key="slurm_job")
     assert summary["state"] == "COMPLETED"
     train_id = tis["train"].xcom_pull(task_ids="train")
     # the file itself (the summary's path can come from accounting: see test_relative_output_from_accounting)
     assert "checkpoint written" in (host_dir / f"train-{train_id}.out").read_text()
     assert (host_dir / "checkpoints" / f"model-{train_id}.ckpt").is_file()
+    assert (host_dir / "published" / "model-latest.ckpt").read_text() == (
+        host_dir / "checkpoints" / f"model-{train_id}.ckpt"
+    ).read_text()
     # every Slurm call went through the proxy to the real cluster, and the train task deferred
     paths = [call.path for call in proxy.calls[before:]]
-    assert sum(path.endswith("/job/submit") for path in paths) == 3
+    assert sum(path.endswith("/job/submit") for path in paths) == 4
     assert any("/jobs/state/" in path for path in paths)
 
 

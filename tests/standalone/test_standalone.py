@@ -20,7 +20,7 @@ from tests.standalone.harness import ARTIFACTS, NOBODY_PASSWORD, NOBODY_USER, RO
 
 pytestmark = pytest.mark.standalone
 
-SUBMITTING_TASKS = ("prepare_data", "train", "evaluate")
+SUBMITTING_TASKS = ("prepare_data", "train", "evaluate", "publish")
 SCREENSHOT = ARTIFACTS / "slurm-job-page.png"
 DOCS_SCREENSHOT = ROOT / "docs" / "slurm-job-page.png"
 
@@ -47,6 +47,7 @@ def test_example_dag_run_succeeds_and_its_jobs_complete(standalone: Standalone, 
         "train": "success",
         "evaluate": "success",
         "evaluation_done": "success",
+        "publish": "success",
     }
     jobs = run_jobs(standalone, training_run)
     for task_id, job in jobs.items():
