@@ -27,6 +27,16 @@ def _is_templated(value: str | int) -> bool:
     return isinstance(value, str) and any(mark in value for mark in ("{{", "{%", "{#"))
 
 
+def _triggerer_cannot_render(value: str | int) -> bool:
+    """True for a template the 3.3 triggerer would hang on.
+
+    ``ti.xcom_pull(...)`` without ``map_indexes`` asks for every map index (``GetXComSequenceSlice``), a
+    request Airflow 3.3's triggerer does not serve: the trigger would wait for an answer forever.
+    ``map_indexes=-1`` asks for one value (``GetXCom``), which it serves.
+    """
+    return _is_templated(value) and "xcom_pull" in str(value) and "map_indexes" not in str(value)
+
+
 class SlurmJobSensor(BaseSensorOperator):
     """Wait until a Slurm job reaches a success state; fail on a failure state.
 
@@ -39,7 +49,9 @@ class SlurmJobSensor(BaseSensorOperator):
         which renders ``job_id`` in the triggerer, or any version when ``job_id`` is a plain, untemplated
         id). The worker then runs only the last step, after the job ended: the "Slurm Job" link is stored
         at that point. ``False`` always defers from the worker (first check there, link stored at once).
-        Mapped sensors (``.expand()``) always defer from the worker.
+        Mapped sensors (``.expand()``) always defer from the worker, and so does a ``job_id`` that calls
+        ``ti.xcom_pull(...)`` without ``map_indexes``: Airflow's triggerer cannot answer that call (write
+        ``ti.xcom_pull(task_ids='submit', map_indexes=-1)`` to start from the triggerer).
     :param slurmapi_conn_id: the ``slurmapi`` connection (default ``slurmapi_default``).
 
     ``mode`` (poke / reschedule), ``poke_interval``, ``timeout`` and ``soft_fail`` work as on every
@@ -80,6 +92,12 @@ class SlurmJobSensor(BaseSensorOperator):
             raise ValueError(
                 f"{self.task_id}: start_from_trigger=True needs deferrable=True (the wait runs in the triggerer)."
             )
+        if start_from_trigger and isinstance(job_id, str) and _triggerer_cannot_render(job_id):
+            raise ValueError(
+                f"{self.task_id}: job_id {job_id!r} calls xcom_pull without map_indexes, which Airflow's "
+                "triggerer cannot answer (the sensor would wait forever): add map_indexes=-1 to the "
+                "xcom_pull call, or leave start_from_trigger unset."
+            )
         if self.deferrable and start_from_trigger is not False and self._may_start_from_trigger():
             # Imported here, not with the module: DAG files that import the sensor stay cheap.
             from airflow.triggers.base import StartTriggerArgs
@@ -98,7 +116,7 @@ class SlurmJobSensor(BaseSensorOperator):
     def _may_start_from_trigger(self) -> bool:
         # Only a string or an int can go into the trigger's stored arguments (an XComArg cannot), and
         # before 3.3 the triggerer does not render templates: the id must already be final.
-        if not isinstance(self.job_id, (int, str)):
+        if not isinstance(self.job_id, (int, str)) or _triggerer_cannot_render(self.job_id):
             return False
         return AIRFLOW_V_3_3_PLUS or not _is_templated(self.job_id)
 

@@ -58,6 +58,18 @@ def test_a_templated_job_id_starts_from_the_trigger_only_where_the_triggerer_ren
         assert wait.start_trigger_args is None
 
 
+def test_an_xcom_pull_the_triggerer_cannot_answer_keeps_the_sensor_on_the_worker():
+    # Airflow 3.3's triggerer serves GetXCom (one map index) but not GetXComSequenceSlice (all of them).
+    assert sensor(job_id="{{ ti.xcom_pull(task_ids='submit') }}").start_from_trigger is False
+    one_value = sensor(job_id="{{ ti.xcom_pull(task_ids='submit', map_indexes=-1) }}")
+    assert one_value.start_from_trigger is AIRFLOW_V_3_3_PLUS
+
+
+def test_forcing_start_from_trigger_with_that_xcom_pull_is_refused_with_the_fix():
+    with pytest.raises(ValueError, match="add map_indexes=-1"):
+        sensor(job_id="{{ ti.xcom_pull(task_ids='submit') }}", start_from_trigger=True)
+
+
 def test_non_terminal_success_states_reach_the_trigger():
     wait = sensor(job_id=5, success_states=["RUNNING"])
     assert start_args(wait).trigger_kwargs["target_states"] == ["RUNNING"]
