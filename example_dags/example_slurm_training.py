@@ -34,6 +34,10 @@ with DAG(
     catchup=False,
     template_searchpath=[str(Path(__file__).parent / "scripts")],
     params={"epochs": 3, "epoch_seconds": 1},
+    # A retry never submits a second job: it finds this task's job by its tag and reattaches (or, once
+    # the job has COMPLETED, just reads it). It also cures Airflow 3.3's race that can fail a deferred task
+    # whose trigger fires before the scheduler saw the worker exit (apache/airflow#72716).
+    default_args={"retries": 2, "retry_delay": timedelta(seconds=10)},
     tags=["example", "slurm"],
 ) as dag:
     prepare = SlurmSubmitJobOperator(
@@ -65,7 +69,8 @@ with DAG(
     )
     evaluation_done = SlurmJobSensor(
         task_id="evaluation_done",
-        job_id="{{ ti.xcom_pull(task_ids='evaluate') }}",
+        # map_indexes=-1 (one value) lets the 3.3+ triggerer render this and start the sensor itself.
+        job_id="{{ ti.xcom_pull(task_ids='evaluate', map_indexes=-1) }}",
         poke_interval=1,
         timeout=600,
         deferrable=True,

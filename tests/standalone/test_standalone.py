@@ -15,6 +15,7 @@ import requests
 
 from airflow_provider_slurmapi.api.jobs import SlurmJob
 from airflow_provider_slurmapi.api.reattach import task_instance_tag
+from airflow_provider_slurmapi.version_compat import AIRFLOW_V_3_3_PLUS
 from tests.standalone.chromium import Chromium, find_chromium
 from tests.standalone.harness import ARTIFACTS, NOBODY_PASSWORD, NOBODY_USER, ROOT, Standalone
 
@@ -58,6 +59,31 @@ def test_example_dag_run_succeeds_and_its_jobs_complete(standalone: Standalone, 
     summary = standalone.xcom(training_run["dag_id"], training_run["run_id"], "train", "slurm_job")
     assert summary["state"] == "COMPLETED" and summary["exit_code"] == 0
     assert jobs["train"].partition == "gpu"
+
+
+def test_the_deferrable_gate_sensor_started_in_the_triggerer(standalone: Standalone, training_run: dict[str, Any]):
+    """On 3.3+ the gate never took a worker slot to start: the triggerer rendered its job id and waited.
+
+    Its only worker run is the last step (after the event); a sensor deferred from a worker logs
+    "Pausing task as DEFERRED" in its first run. Before 3.3 a templated job id is rendered on a worker.
+    """
+    assert training_run["state"] == "success"
+    task_dir = (
+        standalone.home
+        / "logs"
+        / f"dag_id={training_run['dag_id']}"
+        / f"run_id={training_run['run_id']}"
+        / "task_id=evaluation_done"
+    )
+    worker_logs = sorted(p for p in task_dir.glob("attempt=*.log") if ".trigger." not in p.name)
+    trigger_logs = sorted(task_dir.glob("attempt=*.log.trigger.*.log"))
+    assert worker_logs and trigger_logs, sorted(p.name for p in task_dir.iterdir())
+    worker_text = "\n".join(p.read_text(errors="replace") for p in worker_logs)
+    trigger_text = "\n".join(p.read_text(errors="replace") for p in trigger_logs)
+    evaluate = run_jobs(standalone, training_run)["evaluate"]
+    assert f"Slurm job {evaluate.job_id}" in trigger_text  # the rendered id, watched in the triggerer
+    deferred_from_worker = "Pausing task as DEFERRED" in worker_text
+    assert deferred_from_worker is (standalone.major < 3 or not AIRFLOW_V_3_3_PLUS)
 
 
 def test_job_page_in_a_browser(standalone: Standalone, training_run: dict[str, Any]):
