@@ -11,6 +11,7 @@ Where it goes:
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from airflow.providers.common.compat.sdk import BaseOperatorLink, XCom
@@ -19,6 +20,8 @@ from airflow_provider_slurmapi.plugins.urls import DEFAULT_CONN_ID, job_page_url
 
 if TYPE_CHECKING:
     from airflow.providers.common.compat.sdk import TaskInstanceKey
+
+log = logging.getLogger(__name__)
 
 XCOM_LINK_KEY = "slurm_job_link"
 # A job_link_template for the cluster in the Google Cloud console (no longer the default target).
@@ -38,7 +41,14 @@ def render_link(template: str, *, job_id: int | str, **fields: str) -> str:
         return ""
     try:
         return template.format(job_id=job_id, **fields)
-    except (KeyError, IndexError, ValueError, AttributeError):
+    except (KeyError, IndexError, ValueError, AttributeError) as err:
+        log.warning(
+            "The connection's job_link_template %r does not render (%s: %s); the link opens the provider's "
+            "job page instead. Use only the placeholders {job_id}, {project_id}, {region}, {cluster_id}, {url}.",
+            template,
+            type(err).__name__,
+            err,
+        )
         return ""
 
 

@@ -235,6 +235,15 @@ def test_link_defaults_to_the_page_and_template_overrides():
     assert render_link("{nope}", job_id=1) == ""
 
 
+def test_a_link_template_that_does_not_render_is_named_in_a_warning(caplog):
+    from airflow_provider_slurmapi.links.slurmapi import render_link
+
+    with caplog.at_level("WARNING", logger="airflow_provider_slurmapi.links.slurmapi"):
+        assert render_link("https://x/{jobid}", job_id=1) == ""
+    assert "job_link_template 'https://x/{jobid}' does not render (KeyError: 'jobid')" in caplog.text
+    assert "{job_id}, {project_id}, {region}, {cluster_id}, {url}" in caplog.text
+
+
 # -- who may see what: the FastAPI app --------------------------------------------------------------
 
 
