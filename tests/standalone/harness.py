@@ -388,6 +388,11 @@ class Standalone:
         reply = self.session().post(f"{self.api}/dags/{dag_id}/clearTaskInstances", json=body, timeout=30)
         assert reply.status_code == 200, reply.text
 
+    def set_paused(self, dag_id: str, paused: bool) -> None:
+        """Pause or unpause a DAG (the UI's toggle): a paused DAG's task instances are not queued."""
+        reply = self.session().patch(f"{self.api}/dags/{dag_id}", json={"is_paused": paused}, timeout=30)
+        assert reply.status_code == 200, reply.text
+
     def task_log(self, dag_id: str, run_id: str, task_id: str, try_number: int) -> str:
         """The log of one try, as the UI shows it (the REST API's log endpoint): JSON on 3.x, text on 2.x."""
         url = f"{self.ti_url(dag_id, run_id, task_id)}/logs/{try_number}"

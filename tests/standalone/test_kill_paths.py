@@ -3,6 +3,7 @@
 - the worker of a sync-mode task is SIGKILLed mid-wait: the retry reattaches, one job in Slurm;
 - the triggerer stops (SIGTERM) or dies (SIGKILL) mid-wait and starts again: the job is left running and
   the deferred task succeeds;
+- a user marks a task failed while it waits in the worker: the job is cancelled (the operator's on_kill);
 - a user marks a deferred task failed, or clears it: the job is cancelled within seconds;
 - a deferred task's ``execution_timeout`` passes: the job is cancelled and the task fails.
 
@@ -15,13 +16,15 @@ from __future__ import annotations
 
 import re
 import signal
+import time
+from datetime import datetime
 from typing import Any
 
 import pytest
 
 from airflow_provider_slurmapi.api.jobs import SlurmJob
 from airflow_provider_slurmapi.api.reattach import task_instance_tag
-from tests.standalone.dags.kill_path_dags import WORKDIR
+from tests.standalone.dags.kill_path_dags import TIMEOUT_SECONDS, WORKDIR
 from tests.standalone.harness import EmulatorProcess, Standalone, wait_for
 
 pytestmark = [pytest.mark.standalone, pytest.mark.timeout(600)]
@@ -141,6 +144,22 @@ def test_sync_worker_killed_mid_wait_the_retry_reattaches(standalone: Standalone
     assert int(standalone.xcom(run.dag_id, run.run_id, TASK)) == job.job_id
 
 
+def test_marking_a_sync_task_failed_while_it_waits_cancels_its_job(standalone: Standalone):
+    """Airflow stops the task's process (SIGTERM): the operator's on_kill cancels the job."""
+    run = Run(standalone, "kill_mark_failed_sync")
+    job = run.wait_for_running_job()
+    run.wait_for_task("running")
+
+    standalone.set_task_state(run.dag_id, run.run_id, TASK, "failed")
+    run.wait_for_job_state(job.job_id, "CANCELLED", timeout=CANCEL_DEADLINE)
+    assert run.emulator.cancel_calls(job.job_id), "the job ended CANCELLED but nobody sent a cancel"
+    assert run.finish() == "failed"
+    ti = run.ti()
+    assert (ti["state"], ti["try_number"]) == ("failed", 1), ti
+    assert len(run.jobs()) == 1
+    run.wait_for_log(1, f"Cancelling Slurm job {job.job_id} because the task was killed")
+
+
 def test_marking_a_deferred_task_failed_cancels_its_job(standalone: Standalone):
     run = Run(standalone, "kill_mark_failed")
     job = run.wait_for_running_job()
@@ -203,7 +222,36 @@ def test_deferred_execution_timeout_cancels_the_job(standalone: Standalone):
     assert (ti["state"], ti["try_number"]) == ("failed", 1), ti
     run.wait_for_job_state(job.job_id, "CANCELLED", timeout=CANCEL_DEADLINE)
     assert len(run.jobs()) == 1
-    assert "execution_timeout reached" in run.log(1)
+    log = run.log(1)
+    assert f"Cancelling Slurm job {job.job_id} because" in log
+    # Resumed in time: execute_complete says so. Resumed late (a busy 2.11 SequentialExecutor): Airflow's
+    # AirflowTaskTimeout, and on_kill cancels (the test below forces that path).
+    assert "execution_timeout reached" in log or "AirflowTaskTimeout" in log, log
+
+
+def test_deferred_execution_timeout_cancels_the_job_also_when_the_task_resumes_late(standalone: Standalone):
+    """The trigger's timeout event is there in time, but the task only resumes after its execution_timeout
+    (a busy executor; here: its DAG is paused meanwhile). Airflow 2.11 then times the task out before
+    ``execute_complete`` runs, and only ``on_kill`` is left to cancel the job."""
+    run = Run(standalone, "kill_execution_timeout_late")
+    job = run.wait_for_running_job()
+    started = run.wait_for_task("deferred")["start_date"]
+    standalone.set_paused(run.dag_id, True)
+    try:
+        run.wait_for_task("scheduled", timeout=120)  # the trigger's timeout event; the task waits to resume
+        assert run.jobs()[0].state.base == "RUNNING"
+        wait_for(
+            "the execution_timeout to be over",
+            lambda: time.time() > datetime.fromisoformat(started).timestamp() + TIMEOUT_SECONDS + 2,
+            timeout=120,
+        )
+    finally:
+        standalone.set_paused(run.dag_id, False)
+    assert run.finish(timeout=180) == "failed"
+    assert run.ti()["state"] == "failed"
+    run.wait_for_job_state(job.job_id, "CANCELLED", timeout=CANCEL_DEADLINE)
+    assert len(run.jobs()) == 1
+    assert f"Cancelling Slurm job {job.job_id} because" in run.log(1)
 
 
 def test_triggerer_restart_leaves_the_job_running_and_the_task_succeeds(standalone: Standalone):

@@ -52,6 +52,9 @@ def _submit(deferrable: bool, **kwargs: object) -> SlurmSubmitJobOperator:
 with _dag("kill_worker_sync", "The worker is killed (SIGKILL) mid-wait; the retry reattaches to the job."):
     _submit(False, retries=1, retry_delay=timedelta(seconds=2))
 
+with _dag("kill_mark_failed_sync", "A user marks the task failed while it waits in the worker: its job is cancelled."):
+    _submit(False)
+
 with _dag("kill_mark_failed", "A user marks the deferred task failed: its job is cancelled."):
     _submit(True)
 
@@ -62,4 +65,10 @@ with _dag("kill_triggerer_restart", "The triggerer stops and starts again mid-wa
     _submit(True)
 
 with _dag("kill_execution_timeout", "A deferred task's execution_timeout passes: its job is cancelled."):
+    _submit(True, execution_timeout=timedelta(seconds=TIMEOUT_SECONDS))
+
+with _dag(
+    "kill_execution_timeout_late",
+    "The deferred task's execution_timeout passes and the task resumes late (its DAG was paused meanwhile).",
+):
     _submit(True, execution_timeout=timedelta(seconds=TIMEOUT_SECONDS))
