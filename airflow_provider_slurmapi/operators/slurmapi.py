@@ -187,6 +187,7 @@ class SlurmSubmitJobOperator(BaseOperator):
     def render_template_fields(self, context: Any, jinja_env: Any = None) -> None:
         """Render, then mask secret-looking environment values before Airflow stores or logs them."""
         super().render_template_fields(context, jinja_env)
+        self._ti = context["ti"]  # so that on_kill finds this try's job in any process of the try
         job_env = self.job.get("environment") if isinstance(self.job, Mapping) else None
         for value in secret_values(self.environment) + secret_values(job_env):
             mask_secret(value)
@@ -326,8 +327,27 @@ class SlurmSubmitJobOperator(BaseOperator):
             self.log.error("Could not cancel Slurm job %s: %s", job_id, err)
 
     def on_kill(self) -> None:
-        if self.cancel_on_kill and self.job_id is not None:
-            self._cancel(self.job_id, "the task was killed")
+        if not self.cancel_on_kill:
+            return
+        job_id = self.job_id if self.job_id is not None else self._submitted_job_id()
+        if job_id is not None:
+            self._cancel(job_id, "the task was killed")
+
+    def _submitted_job_id(self) -> int | None:
+        """This try's job, from its ``slurm_job_id`` XCom, for a process that has not seen the submit.
+
+        Airflow 2.11 resumes a deferred task that comes back after its ``execution_timeout`` with an
+        immediate AirflowTaskTimeout and on_kill, before ``execute_complete`` runs.
+        """
+        ti = getattr(self, "_ti", None)
+        if ti is None:
+            return None
+        try:
+            job_id = ti.xcom_pull(task_ids=ti.task_id, key=XCOM_JOB_ID, map_indexes=getattr(ti, "map_index", None))
+        except Exception as err:
+            self.log.warning("Could not read this try's Slurm job id (%s); no job to cancel", err)
+            return None
+        return None if job_id is None else int(job_id)
 
 
 class SlurmCancelJobOperator(BaseOperator):

@@ -4,9 +4,15 @@ The session fixtures in ``conftest.py`` put them together:
 
 ``standalone`` (session fixture) gives a running Airflow: scheduler, dag-processor, triggerer and
 api-server (webserver on 2.x) on SQLite with the LocalExecutor (SequentialExecutor on 2.x, which
-refuses LocalExecutor on SQLite), in a private AIRFLOW_HOME, on free ports, with ``dags_folder`` =
-``example_dags``, and the emulator (started as a separate process by ``emulator_process``) as the
-``slurmapi_default`` connection through ``AIRFLOW_CONN_SLURMAPI_DEFAULT``.
+refuses LocalExecutor on SQLite), in a private AIRFLOW_HOME, on free ports, parsing ``example_dags``
+and the suite's own DAGs in ``tests/standalone/dags`` (two LocalDagBundles on Airflow 3; on 2.x a
+``dags_folder`` holding a link to each), and the emulator (started as a separate process by
+``emulator_process``) as the ``slurmapi_default`` connection through ``AIRFLOW_CONN_SLURMAPI_DEFAULT``.
+
+The triggerer can be stopped (SIGTERM, or SIGKILL of its whole process tree) and started again as an
+``airflow triggerer`` of the harness's own (``Standalone.stop_triggerer`` / ``start_triggerer``):
+``airflow standalone`` does not restart a child that died. A task's process is found by the pid Airflow
+records on the task instance (``Standalone.task_process``).
 
 Users: ``admin``/``ADMIN_PASSWORD`` (role ADMIN on Airflow 3's simple auth manager, Admin on 2.x FAB),
 and on Airflow 3 ``nobody``/``NOBODY_PASSWORD``, a user without any role (so without DAG access).
@@ -20,6 +26,7 @@ from __future__ import annotations
 import ast
 import contextlib
 import importlib.util
+import itertools
 import json
 import os
 import shutil
@@ -32,12 +39,17 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+import psutil
 import pytest
 import requests
 
+if TYPE_CHECKING:
+    from airflow_provider_slurmapi.api.jobs import SlurmJob
+
 ROOT = Path(__file__).resolve().parents[2]
+SUITE_DAGS = Path(__file__).resolve().parent / "dags"
 ARTIFACTS = ROOT / "artifacts"
 LOGS = ARTIFACTS / "standalone"
 BIN = Path(sys.executable).parent
@@ -164,6 +176,24 @@ class EmulatorProcess:
         )
         return SlurmJobApiClient(settings.cluster, **settings.client_kwargs())
 
+    def jobs_tagged(self, tag: str) -> list[SlurmJob]:
+        """Every job carrying the task-instance tag ``tag`` (active queue and accounting), oldest first."""
+        from airflow_provider_slurmapi.api.reattach import has_tag
+
+        with self.client() as client:
+            jobs = {j.job_id: j for j in client.list_accounted_jobs()}
+            jobs.update({j.job_id: j for j in client.list_jobs() if j.job_id not in jobs or not j.state.is_terminal})
+        return sorted((j for j in jobs.values() if has_tag(j, tag)), key=lambda j: j.job_id)
+
+    def host_path(self, cluster_path: str) -> Path:
+        """Where the cluster-side absolute path ``cluster_path`` lives on this machine (the jobs' files)."""
+        return self.state_dir / "fs" / cluster_path.lstrip("/")
+
+    def cancel_calls(self, job_id: int) -> list[str]:
+        """The emulator's log lines of every cancel (``DELETE .../job/<id>``) it was sent for ``job_id``."""
+        lines = self.log.read_text(errors="replace").splitlines() if self.log.exists() else []
+        return [line for line in lines if "DELETE /slurm/" in line and f"/job/{job_id} " in line]
+
 
 def read_connection(log: Path) -> dict[str, Any] | None:
     """The connection the emulator printed: a JSON object on a line of its own or after ``connection:``."""
@@ -244,7 +274,10 @@ class Standalone:
     proc: subprocess.Popen[bytes]
     log: Path
     emulator: EmulatorProcess
+    env: dict[str, str] = field(default_factory=dict)
     _tokens: dict[str, str] = field(default_factory=dict)
+    _triggerers: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    _triggerer_logs: Iterator[int] = field(default_factory=lambda: itertools.count(1))
 
     @property
     def url(self) -> str:
@@ -323,6 +356,130 @@ class Standalone:
         data = reply.json()
         return dict(data.get("extra_links", data))
 
+    def ti_url(self, dag_id: str, run_id: str, task_id: str) -> str:
+        return f"{self.api}/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}"
+
+    def task_instance(self, dag_id: str, run_id: str, task_id: str) -> dict[str, Any]:
+        reply = self.session().get(self.ti_url(dag_id, run_id, task_id), timeout=30)
+        reply.raise_for_status()
+        return dict(reply.json())
+
+    def wait_for_task(
+        self, dag_id: str, run_id: str, task_id: str, states: tuple[str, ...], *, timeout: float = 120
+    ) -> dict[str, Any]:
+        """The task instance once its state is one of ``states``."""
+
+        def reached() -> dict[str, Any] | None:
+            ti = self.task_instance(dag_id, run_id, task_id)
+            return ti if ti.get("state") in states else None
+
+        what = f"{dag_id}.{task_id} in {run_id} to be {' or '.join(states)}"
+        return dict(wait_for(what, reached, timeout=timeout, log=self.log))
+
+    def set_task_state(self, dag_id: str, run_id: str, task_id: str, state: str) -> None:
+        """Mark a task instance ``failed``/``success``, as the UI's buttons do (PATCH on the REST API)."""
+        body: dict[str, Any] = {"new_state": state} if self.major >= 3 else {"new_state": state, "dry_run": False}
+        reply = self.session().patch(self.ti_url(dag_id, run_id, task_id), json=body, timeout=30)
+        assert reply.status_code == 200, reply.text
+
+    def clear_task(self, dag_id: str, run_id: str, task_id: str) -> None:
+        """Clear one task instance (whatever its state), as the UI's Clear button does."""
+        body = {"dry_run": False, "task_ids": [task_id], "dag_run_id": run_id, "only_failed": False}
+        reply = self.session().post(f"{self.api}/dags/{dag_id}/clearTaskInstances", json=body, timeout=30)
+        assert reply.status_code == 200, reply.text
+
+    def set_paused(self, dag_id: str, paused: bool) -> None:
+        """Pause or unpause a DAG (the UI's toggle): a paused DAG's task instances are not queued."""
+        reply = self.session().patch(f"{self.api}/dags/{dag_id}", json={"is_paused": paused}, timeout=30)
+        assert reply.status_code == 200, reply.text
+
+    def task_log(self, dag_id: str, run_id: str, task_id: str, try_number: int) -> str:
+        """The log of one try, as the UI shows it (the REST API's log endpoint): JSON on 3.x, text on 2.x."""
+        url = f"{self.ti_url(dag_id, run_id, task_id)}/logs/{try_number}"
+        accept = "application/json" if self.major >= 3 else "text/plain"
+        reply = self.session().get(url, params={"full_content": "true"}, headers={"Accept": accept}, timeout=30)
+        reply.raise_for_status()
+        return reply.text
+
+    # -- processes --------------------------------------------------------------------------------
+
+    def task_process(self, dag_id: str, run_id: str, task_id: str) -> psutil.Process:
+        """The process running the task's code: the pid Airflow records on the running task instance.
+
+        It must be one of this Airflow's processes (a descendant of ``airflow standalone``), so nothing
+        else on the machine can be hit.
+        """
+        pid = self.task_instance(dag_id, run_id, task_id).get("pid")
+        assert pid, f"{dag_id}.{task_id} in {run_id} records no pid"
+        ours = {p.pid: p for p in psutil.Process(self.proc.pid).children(recursive=True)}
+        assert pid in ours, f"pid {pid} of {dag_id}.{task_id} is not a process of this airflow standalone"
+        return ours[pid]
+
+    def triggerer_processes(self) -> list[psutil.Process]:
+        """The running triggerer(s): standalone's own child and those the harness started, with their children."""
+        roots = [psutil.Process(self.proc.pid)]
+        roots += [psutil.Process(t.pid) for t in self._triggerers if t.poll() is None]
+        found: list[psutil.Process] = []
+        for root in roots:
+            for proc in [root, *root.children(recursive=True)]:
+                with contextlib.suppress(psutil.Error):
+                    if proc not in found and "triggerer" in " ".join(proc.cmdline()).split():
+                        found.append(proc)
+        return found
+
+    def stop_triggerer(self, sig: signal.Signals, *, timeout: float = 90) -> None:
+        """Stop every running triggerer: SIGTERM its main process (a clean shutdown, as systemd or k8s
+        stop it), or SIGKILL its whole process tree (a crash: nothing gets to clean up). Waits until
+        they are gone."""
+        procs = self.triggerer_processes()
+        assert procs, "no triggerer is running"
+        mains = procs if sig == signal.SIGKILL else [p for p in procs if p.parent() not in procs]
+        for proc in mains:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                proc.send_signal(sig)
+
+        def gone() -> bool:
+            for proc in procs:
+                try:
+                    if proc.status() != psutil.STATUS_ZOMBIE:  # standalone never reaps its dead child
+                        return False
+                except psutil.NoSuchProcess:
+                    continue
+            return True
+
+        wait_for(f"the triggerer to stop after {sig.name}", gone, timeout=timeout, log=self.log)
+        for t in self._triggerers:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                t.wait(timeout=1)
+
+    def start_triggerer(self) -> None:
+        """Start an ``airflow triggerer`` (same configuration) and wait until it is healthy."""
+        assert not self.triggerer_processes(), "a triggerer is already running"
+        log = LOGS / f"triggerer-{next(self._triggerer_logs)}.log"
+        with log.open("wb") as out:
+            self._triggerers.append(
+                subprocess.Popen(
+                    [str(BIN / "airflow"), "triggerer"],
+                    env=self.env,
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
+                    start_new_session=True,
+                    cwd=self.home,
+                )
+            )
+        self.wait_healthy(("triggerer",), log=log)
+
+    def wait_healthy(self, components: tuple[str, ...], *, log: Path | None = None) -> None:
+        url = f"{self.api}/monitor/health" if self.major >= 3 else f"{self.url}/health"
+        wait_for(f"{', '.join(components)} to be healthy", lambda: healthy(url, components), timeout=120, log=log)
+
+    def close(self) -> None:
+        """Stop the triggerers the harness started (teardown)."""
+        for t in self._triggerers:
+            kill_group(t)
+            kill_strays(t.pid)
+
 
 def write_users(home: Path, env: dict[str, str], major: int) -> None:
     if major >= 3:
@@ -339,6 +496,21 @@ def write_users(home: Path, env: dict[str, str], major: int) -> None:
     ):
         result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300, check=False)
         assert result.returncode == 0, f"{command[1:3]} failed:\n{result.stdout}\n{result.stderr}"
+
+
+_BUNDLE = "airflow.dag_processing.bundles.local.LocalDagBundle"
+
+
+def dags_folder(home: Path, major: int) -> Path:
+    """``example_dags`` on Airflow 3 (the suite's DAGs are a second bundle); on 2.x, which has a single
+    DAG folder, a folder in ``home`` linking to both (Airflow 2 follows links in its DAG folder)."""
+    if major >= 3:
+        return ROOT / "example_dags"
+    folder = home / "dags"
+    folder.mkdir(exist_ok=True)
+    (folder / "example_dags").symlink_to(ROOT / "example_dags", target_is_directory=True)
+    (folder / "standalone_dags").symlink_to(SUITE_DAGS, target_is_directory=True)
+    return folder
 
 
 def healthy(url: str, components: tuple[str, ...]) -> bool:
@@ -358,13 +530,15 @@ def run_standalone(emulator: EmulatorProcess) -> Iterator[Standalone]:
         {
             "PATH": f"{BIN}{os.pathsep}{env.get('PATH', '')}",
             "AIRFLOW_HOME": str(home),
-            "AIRFLOW__CORE__DAGS_FOLDER": str(ROOT / "example_dags"),
+            "AIRFLOW__CORE__DAGS_FOLDER": str(dags_folder(home, major)),
             "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
             "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
             "AIRFLOW__CORE__UNIT_TEST_MODE": "False",
             "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home}/airflow.db",
             "AIRFLOW__LOGGING__BASE_LOG_FOLDER": str(home / "logs"),
             "AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC": "1",
+            # A triggerer that died without a word hands its triggers over after this many seconds.
+            "AIRFLOW__TRIGGERER__TRIGGERER_HEALTH_CHECK_THRESHOLD": "15",
             # The log servers of the worker and the triggerer default to fixed ports (8793, 8794).
             "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(free_port()),
             "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(free_port()),
@@ -384,6 +558,12 @@ def run_standalone(emulator: EmulatorProcess) -> Iterator[Standalone]:
                 "AIRFLOW__API_AUTH__JWT_SECRET": os.urandom(32).hex(),
                 "AIRFLOW__API__SECRET_KEY": os.urandom(24).hex(),
                 "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "5",
+                "AIRFLOW__DAG_PROCESSOR__DAG_BUNDLE_CONFIG_LIST": json.dumps(
+                    [
+                        {"name": "dags-folder", "classpath": _BUNDLE, "kwargs": {"path": str(ROOT / "example_dags")}},
+                        {"name": "standalone-dags", "classpath": _BUNDLE, "kwargs": {"path": str(SUITE_DAGS)}},
+                    ]
+                ),
             }
         )
     else:
@@ -426,7 +606,11 @@ def run_standalone(emulator: EmulatorProcess) -> Iterator[Standalone]:
 
         wait_for("airflow standalone to be healthy", ready, timeout=READY_TIMEOUT, interval=1, log=log)
         (LOGS / "startup_seconds.txt").write_text(f"{time.monotonic() - started:.1f}\n")
-        yield Standalone(home=home, port=port, major=major, proc=proc, log=log, emulator=emulator)
+        airflow = Standalone(home=home, port=port, major=major, proc=proc, log=log, emulator=emulator, env=env)
+        try:
+            yield airflow
+        finally:
+            airflow.close()
     finally:
         kill_group(proc)
         kill_strays(proc.pid)
