@@ -178,6 +178,8 @@ class SlurmJob:
     working_directory: str = ""
     array_job_id: int | None = None
     array_task_id: int | None = None
+    # The tasks an array's pending record still stands for ("2-5%2"), while Slurm keeps them on one record.
+    array_task_string: str = ""
     het_job_id: int | None = None
     het_job_offset: int | None = None
     restart_count: int = 0
@@ -188,10 +190,24 @@ class SlurmJob:
 
     @property
     def display_id(self) -> str:
-        """``123`` or, for an array task, ``123_4`` as squeue shows it."""
+        """``123``; for an array task ``123_4``, for an array's pending tasks ``123_[5-9]``, as squeue shows them."""
         if self.array_job_id and self.array_task_id is not None:
             return f"{self.array_job_id}_{self.array_task_id}"
+        if self.array_job_id and self.array_task_string:
+            return f"{self.array_job_id}_[{self.array_task_string}]"
         return str(self.job_id)
+
+    @property
+    def label(self) -> str:
+        """How logs and errors name it: ``Slurm job 123`` (``Slurm array job 123`` for a whole array)."""
+        return f"Slurm job {self.display_id}"
+
+    @property
+    def task_count(self) -> int:
+        """How many array tasks this record stands for: 1, or more for an array's pending record."""
+        if self.array_task_id is None and self.array_task_string:
+            return array_task_count(self.array_task_string) or 1
+        return 1
 
     @classmethod
     def from_job_info(cls, record: Mapping[str, Any], version: str = DEFAULT_VERSION) -> SlurmJob:
@@ -200,9 +216,12 @@ class SlurmJob:
         name = _str(record.get("name"))
         user = _str(record.get("user_name"))
         array = _array(record.get("array_job_id"), record.get("array_task_id"))
+        master = _int(record.get("array_job_id")) or None
         start, end = _time(record.get("start_time")), _time(record.get("end_time"))
         state = JobState.parse(record.get("job_state"))
         stdout, stderr = _outputs(record, version, job_id=job_id, name=name, user=user, array=array)
+        if master and array is None:
+            stdout = stderr = ""  # an array's pending record: Slurm expands %a to 4294967294 there
         return cls(
             job_id=job_id,
             name=name,
@@ -224,8 +243,9 @@ class SlurmJob:
             standard_output=stdout,
             standard_error=stderr,
             working_directory=_str(record.get("current_working_directory")),
-            array_job_id=array[0] if array else None,
+            array_job_id=master,
             array_task_id=array[1] if array else None,
+            array_task_string=_str(record.get("array_task_string")) if array is None and master else "",
             het_job_id=_int(record.get("het_job_id")) or None,
             het_job_offset=_int(record.get("het_job_offset")) if _int(record.get("het_job_id")) else None,
             restart_count=_int(record.get("restart_cnt")) or 0,
@@ -251,6 +271,8 @@ class SlurmJob:
             state, reason = JobState.parse(state_block), ""
         het = obj(record.get("het"))
         comment = record.get("comment")
+        pending_tasks = _task_string(arr.get("task")) if array is None and _int(arr.get("job_id")) else ""
+        names = {"job_id": job_id, "name": name, "user": user, "array": array}
         elapsed = _int(times.get("elapsed"))
         tres = obj(record.get("tres"))
         return cls(
@@ -270,11 +292,12 @@ class SlurmJob:
             user=user,
             account=_str(record.get("account")),
             comment=_str(comment.get("job")) if isinstance(comment, Mapping) else _str(comment),
-            standard_output=_db_output(record, "stdout", job_id=job_id, name=name, user=user, array=array),
-            standard_error=_db_output(record, "stderr", job_id=job_id, name=name, user=user, array=array),
+            standard_output="" if pending_tasks else _db_output(record, "stdout", **names),
+            standard_error="" if pending_tasks else _db_output(record, "stderr", **names),
             working_directory=_str(record.get("working_directory")),
-            array_job_id=array[0] if array else None,
+            array_job_id=_int(arr.get("job_id")) or None,
             array_task_id=array[1] if array else None,
+            array_task_string=pending_tasks,
             het_job_id=_int(het.get("job_id")) or None,
             het_job_offset=_int(het.get("job_offset")),
             restart_count=_int(record.get("restart_cnt")) or 0,
@@ -295,7 +318,7 @@ class SlurmJob:
 
     def summary(self) -> dict[str, Any]:
         """A JSON-friendly summary for XCom and logs."""
-        return {
+        summary = {
             "job_id": self.job_id,
             "display_id": self.display_id,
             "name": self.name,
@@ -315,6 +338,182 @@ class SlurmJob:
             "array_task_id": self.array_task_id,
             "source": self.source,
         }
+        if self.array_task_string:
+            summary["array_task_string"] = self.array_task_string
+        return summary
+
+    def task_summary(self) -> dict[str, Any]:
+        """The short per-task entry of an array's summary."""
+        return {
+            "job_id": self.job_id,
+            "display_id": self.display_id,
+            "array_task_id": self.array_task_id,
+            "task_count": self.task_count,
+            "state": str(self.state),
+            "state_reason": self.state_reason,
+            "exit_code": self.exit_code.return_code,
+            "exit_signal": self.exit_code.signal,
+            "elapsed_seconds": int(self.elapsed.total_seconds()) if self.elapsed is not None else None,
+            "nodes": self.nodes,
+            "standard_output": self.standard_output,
+            "standard_error": self.standard_error,
+        }
+
+
+@dataclass
+class SlurmArrayJob(SlurmJob):
+    """A whole job array as one job: its tasks' records and one outcome for all of them.
+
+    Its ``state`` is the array's: PENDING while every unfinished task is pending, RUNNING while any task
+    is still going, COMPLETED once every task COMPLETED; otherwise the state of the first failed task
+    (by task id), a cluster failure (NODE_FAIL, BOOT_FAIL, PREEMPTED) only when every failed task is one,
+    so ``state.is_retryable_failure`` follows the rule "retry only if every failure was the cluster's".
+    """
+
+    tasks: list[SlurmJob] = field(default_factory=list)
+
+    @classmethod
+    def of(cls, array_id: int, records: Iterable[SlurmJob]) -> SlurmArrayJob:
+        """The array from its task records (a pending record may stand for several tasks)."""
+        tasks = sorted(records, key=lambda t: (t.array_task_id is None, t.array_task_id or 0, t.job_id))
+        first = tasks[0] if tasks else SlurmJob(job_id=array_id, name="", state=JobState("PENDING"))
+        unfinished = [t for t in tasks if not t.state.is_terminal]
+        failed = [t for t in tasks if t.state.is_terminal and not t.state.is_success]
+        reason = ""
+        exit_code = ExitCode()
+        if unfinished or not tasks:
+            going = any(not t.state.is_pending for t in unfinished)
+            state = JobState("RUNNING" if going else "PENDING")
+            reason = "" if going else next((t.state_reason for t in unfinished if t.state_reason), "")
+        elif failed:
+            retryable = all(t.state.is_retryable_failure for t in failed)
+            worst = next(t for t in failed if t.state.is_retryable_failure == retryable)
+            state, reason, exit_code = JobState(worst.state.base), worst.state_reason, worst.exit_code
+        else:
+            state, exit_code = JobState("COMPLETED"), ExitCode(return_code=0)
+        starts = [t.start_time for t in tasks if t.start_time]
+        ends = [t.end_time for t in tasks if t.end_time]
+        submits = [t.submit_time for t in tasks if t.submit_time]
+        start = min(starts) if starts else None
+        end = max(ends) if ends and state.is_terminal else None
+        return cls(
+            job_id=array_id,
+            name=first.name,
+            state=state,
+            state_reason=reason,
+            exit_code=exit_code,
+            submit_time=min(submits) if submits else None,
+            start_time=start,
+            end_time=end,
+            elapsed=_elapsed(start, end, state) if start else None,
+            time_limit_minutes=first.time_limit_minutes,
+            partition=first.partition,
+            user=first.user,
+            account=first.account,
+            comment=first.comment,
+            working_directory=first.working_directory,
+            array_job_id=array_id,
+            source="slurm" if any(t.source == "slurm" for t in tasks) else first.source,
+            tasks=tasks,
+        )
+
+    @property
+    def display_id(self) -> str:
+        return str(self.job_id)
+
+    @property
+    def label(self) -> str:
+        return f"Slurm array job {self.job_id}"
+
+    @property
+    def task_count(self) -> int:
+        return sum(t.task_count for t in self.tasks)
+
+    @property
+    def completed_count(self) -> int:
+        return sum(t.task_count for t in self.tasks if t.state.is_success)
+
+    @property
+    def failed_tasks(self) -> list[SlurmJob]:
+        """The tasks that ended in a state other than COMPLETED, by task id."""
+        return [t for t in self.tasks if t.state.is_terminal and not t.state.is_success]
+
+    def describe_state(self) -> str:
+        """How many tasks are in each state: ``1 RUNNING, 2 PENDING``."""
+        counts: dict[str, int] = {}
+        for task in self.tasks:
+            counts[str(task.state)] = counts.get(str(task.state), 0) + task.task_count
+        order = {"RUNNING": 0, "PENDING": 1, "COMPLETED": 2}
+        ranked = sorted(counts, key=lambda s: (order.get(s, 3), s))
+        return ", ".join(f"{counts[s]} {s}" for s in ranked) or str(self.state)
+
+    def summary(self) -> dict[str, Any]:
+        """The array's summary, with ``tasks``: one entry per task record (state, exit code, outputs)."""
+        summary = super().summary()
+        summary.update(
+            array_task_count=self.task_count,
+            array_tasks_completed=self.completed_count,
+            tasks=[t.task_summary() for t in self.tasks],
+        )
+        return summary
+
+
+def array_tasks(job_id: object, jobs: Iterable[SlurmJob]) -> list[SlurmJob] | None:
+    """The records of array ``job_id``'s tasks among ``jobs``, or None when ``job_id`` is no array's id.
+
+    ``123_4`` names one task, never the array; the own id of a task (other than the array's) is a job.
+    """
+    text = str(job_id)
+    if not text.isdigit():
+        return None
+    tasks = [j for j in jobs if j.array_job_id == int(text)]
+    return tasks or None
+
+
+def merge_task_records(accounted: Iterable[SlurmJob], active: Iterable[SlurmJob]) -> list[SlurmJob]:
+    """Accounting's task records overlaid with the active queue's (fresher) ones, per record id."""
+    merged = {job.job_id: job for job in accounted}
+    merged.update((job.job_id, job) for job in active)
+    return list(merged.values())
+
+
+def array_task_count(text: str) -> int | None:
+    """How many tasks a Slurm array expression names: ``0-2`` 3, ``[1-9:2%2]`` 5, ``1,4`` 2; None if unreadable."""
+    body = text.strip().strip("[]").split("%")[0]
+    if body.lower().startswith("0x"):
+        try:
+            return bin(int(body, 16)).count("1")
+        except ValueError:
+            return None
+    total = 0
+    for item in filter(None, body.split(",")):
+        match = re.fullmatch(r"(\d+)(?:-(\d+)(?::(\d+))?)?", item.strip())
+        if not match:
+            return None
+        low, high, step = int(match.group(1)), int(match.group(2) or match.group(1)), int(match.group(3) or 1)
+        if high < low or step < 1:
+            return None
+        total += (high - low) // step + 1
+    return total or None
+
+
+def _task_string(value: Any) -> str:
+    """Accounting's pending-tasks field: a hex bitmap (``0xE``: tasks 1-3) turned into ranges (``1-3``)."""
+    text = _str(value)
+    if not text.lower().startswith("0x"):
+        return text
+    try:
+        bits = int(text, 16)
+    except ValueError:
+        return text
+    indexes = [i for i in range(bits.bit_length()) if bits >> i & 1]
+    ranges: list[str] = []
+    for index in indexes:
+        if ranges and int(ranges[-1].split("-")[-1]) == index - 1:
+            ranges[-1] = f"{ranges[-1].split('-')[0]}-{index}"
+        else:
+            ranges.append(str(index))
+    return ",".join(ranges)
 
 
 def _reason(value: Any) -> str:

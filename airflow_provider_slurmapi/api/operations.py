@@ -27,7 +27,16 @@ from airflow_provider_slurmapi.api.errors import (
     SlurmMessage,
     format_messages,
 )
-from airflow_provider_slurmapi.api.jobs import JobSpec, JobState, SlurmJob, obj, seq
+from airflow_provider_slurmapi.api.jobs import (
+    JobSpec,
+    JobState,
+    SlurmArrayJob,
+    SlurmJob,
+    array_tasks,
+    merge_task_records,
+    obj,
+    seq,
+)
 
 T = TypeVar("T")
 Operation = Generator[Call, SlurmReply, T]
@@ -86,31 +95,37 @@ def submit_job(version: str, spec: JobSpec) -> Operation[Submitted]:
 def get_active_job(version: str, job_id: object) -> Operation[SlurmJob | None]:
     """The job from the active queue, or None once it has left it (HTTP 404 / error 2017)."""
     reply = yield Call("GET", versions.job_path(version, job_id))
-    if reply.status == 404 or any(e.error_number == ERR_INVALID_JOB_ID for e in reply.errors):
-        return None
-    reply.raise_for_errors(f"read job {job_id}")
-    return _pick(_records(reply), job_id, SlurmJob.from_job_info, version)
+    return _pick_job(_active_jobs(reply, job_id, version), job_id)
 
 
 def get_accounted_job(version: str, job_id: object) -> Operation[SlurmJob | None]:
     """The job from accounting (/slurmdb), or None when it holds no record of it (yet)."""
-    reply = yield Call("GET", versions.slurmdb_job_path(version, job_id))
-    reply.raise_for_errors(f"read job {job_id} from accounting (slurmdbd)")
-    return _pick(_records(reply), job_id, SlurmJob.from_slurmdb, version)
+    return _pick_job((yield from _accounted_jobs(version, job_id)), job_id)
 
 
 def get_job(version: str, job_id: object, *, recently_submitted: bool = False) -> Operation[SlurmJob]:
     """The active queue first; once the job has left it, accounting.
 
+    An array's id gives the whole array (a :class:`SlurmArrayJob`): its tasks from the active queue,
+    and, once every task there has ended, from accounting too (tasks that already left the queue).
+
     ``recently_submitted``: the caller knows the job exists, so an empty answer from both places means
     "not recorded yet" (a pending placeholder is returned) rather than "gone".
     """
-    job = yield from get_active_job(version, job_id)
-    if job is not None:
-        return job
-    job = yield from get_accounted_job(version, job_id)
-    if job is not None:
-        return job
+    reply = yield Call("GET", versions.job_path(version, job_id))
+    active = _active_jobs(reply, job_id, version)
+    tasks = array_tasks(job_id, active)
+    if active and tasks is None:
+        return _choose(active, job_id)
+    if tasks and not all(t.state.is_terminal for t in tasks):
+        return SlurmArrayJob.of(int(str(job_id)), tasks)
+    accounted = yield from _accounted_jobs(version, job_id)
+    if tasks:
+        # Every task in the queue has ended: accounting also has those that already left it.
+        return SlurmArrayJob.of(int(str(job_id)), merge_task_records(array_tasks(job_id, accounted) or [], tasks))
+    if accounted:
+        tasks = array_tasks(job_id, accounted)
+        return SlurmArrayJob.of(int(str(job_id)), tasks) if tasks else _choose(accounted, job_id)
     if recently_submitted:
         return SlurmJob(
             job_id=int(str(job_id).split("_")[0]),
@@ -126,15 +141,25 @@ def get_job(version: str, job_id: object, *, recently_submitted: bool = False) -
     )
 
 
-def get_jobs(version: str, job_id: object) -> Operation[list[SlurmJob]]:
-    """Every record of a job id: for an array job, one per task (active queue, else accounting)."""
-    reply = yield Call("GET", versions.job_path(version, job_id))
-    if reply.status != 404 and not any(e.error_number == ERR_INVALID_JOB_ID for e in reply.errors):
-        reply.raise_for_errors(f"read job {job_id}")
-        return [SlurmJob.from_job_info(r, version) for r in _records(reply)]
+def _active_jobs(reply: SlurmReply, job_id: object, version: str) -> list[SlurmJob]:
+    """The records of a ``/slurm/{v}/job/{id}`` reply; none once the job has left the queue."""
+    if reply.status == 404 or any(e.error_number == ERR_INVALID_JOB_ID for e in reply.errors):
+        return []
+    reply.raise_for_errors(f"read job {job_id}")
+    return [SlurmJob.from_job_info(r, version) for r in _records(reply)]
+
+
+def _accounted_jobs(version: str, job_id: object) -> Operation[list[SlurmJob]]:
     reply = yield Call("GET", versions.slurmdb_job_path(version, job_id))
     reply.raise_for_errors(f"read job {job_id} from accounting (slurmdbd)")
     return [SlurmJob.from_slurmdb(r, version) for r in _records(reply)]
+
+
+def get_jobs(version: str, job_id: object) -> Operation[list[SlurmJob]]:
+    """Every record of a job id: for an array job, one per task (active queue, else accounting)."""
+    reply = yield Call("GET", versions.job_path(version, job_id))
+    active = _active_jobs(reply, job_id, version)
+    return active or (yield from _accounted_jobs(version, job_id))
 
 
 def list_jobs(version: str) -> Operation[list[SlurmJob]]:
@@ -218,15 +243,17 @@ def _records(reply: SlurmReply) -> list[Mapping[str, Any]]:
     return [j for j in jobs if isinstance(j, Mapping)]
 
 
-def _pick(records: list[Mapping[str, Any]], job_id: object, parse: Any, version: str) -> SlurmJob | None:
-    if not records:
-        return None
+def _pick_job(jobs: list[SlurmJob], job_id: object) -> SlurmJob | None:
+    return _choose(jobs, job_id) if jobs else None
+
+
+def _choose(jobs: list[SlurmJob], job_id: object) -> SlurmJob:
+    """The record ``job_id`` names among ``jobs`` (``12_3`` picks that task), else the first."""
     wanted = str(job_id)
-    for record in records:
-        job = parse(record, version)
+    for job in jobs:
         if job.display_id == wanted or (str(job.job_id) == wanted and job.array_task_id is None):
-            return job  # type: ignore[no-any-return]
-    return parse(records[0], version)  # type: ignore[no-any-return]
+            return job
+    return jobs[0]
 
 
 def _status_errors(reply: SlurmReply) -> list[tuple[int | None, SlurmMessage]]:

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from airflow_provider_slurmapi.api import versions
 from airflow_provider_slurmapi.api.envelope import Call
 from airflow_provider_slurmapi.api.errors import SlurmApiError, SlurmJobApiError, SlurmMessage, SlurmTransportError
-from airflow_provider_slurmapi.api.jobs import JobSpec, SlurmJob
+from airflow_provider_slurmapi.api.jobs import JobSpec, SlurmArrayJob, SlurmJob
 from airflow_provider_slurmapi.api.operations import Operation, _records, submit_job
 
 log = logging.getLogger(__name__)
@@ -64,7 +64,7 @@ class SubmitOutcomeUnknownError(SlurmJobApiError):
 def find_tagged_jobs(
     version: str, tag: str, *, name: str | None, require_accounting: bool
 ) -> Operation[list[SlurmJob]]:
-    """Jobs carrying ``tag``, newest first: from the active queue and from accounting."""
+    """Jobs carrying ``tag``, newest first: from the active queue and from accounting (an array as one job)."""
     reply = yield Call("GET", versions.jobs_path(version))
     reply.raise_for_errors("list jobs to look for an earlier submit of this task")
     found = {j.job_id: j for j in (SlurmJob.from_job_info(r, version) for r in _records(reply)) if has_tag(j, tag)}
@@ -80,7 +80,12 @@ def find_tagged_jobs(
         if require_accounting:
             raise
         log.warning("Accounting could not be searched for earlier jobs of this task (%s); using the queue only", err)
-    return sorted(found.values(), key=lambda j: j.job_id, reverse=True)
+    # An array's tasks each carry the tag: they make one job, the array, followed by its id.
+    arrays: dict[int, list[SlurmJob]] = {}
+    for job in [j for j in found.values() if j.array_job_id]:
+        arrays.setdefault(job.array_job_id or 0, []).append(found.pop(job.job_id))
+    jobs = [*found.values(), *(SlurmArrayJob.of(array_id, tasks) for array_id, tasks in arrays.items())]
+    return sorted(jobs, key=lambda j: j.job_id, reverse=True)
 
 
 def reusable(jobs: list[SlurmJob]) -> SlurmJob | None:

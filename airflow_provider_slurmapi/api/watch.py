@@ -9,9 +9,11 @@ import time
 from dataclasses import dataclass
 
 from airflow_provider_slurmapi.api.errors import SlurmJobApiError, SlurmJobFailedError, SlurmJobNotFoundError
-from airflow_provider_slurmapi.api.jobs import JobState, SlurmJob
+from airflow_provider_slurmapi.api.jobs import JobState, SlurmArrayJob, SlurmJob
 
 DEFAULT_ERROR_BUDGET = 10
+# How many failed tasks of an array an error names one by one (the rest are counted).
+MAX_TASKS_NAMED = 10
 # How long a job known to exist may be missing from both the queue and accounting (slurmdbd lag).
 UNRECORDED_GRACE = 600.0
 
@@ -60,7 +62,7 @@ class JobWatch:
             self.last = described
             elapsed = job.elapsed.total_seconds() if job.elapsed is not None else None
             suffix = f", elapsed {format_duration(elapsed)}" if job.start_time else ""
-            lines.append(f"Slurm job {job.display_id}: {described}{suffix}")
+            lines.append(f"{job.label}: {described}{suffix}")
         return lines
 
     def observe_state(self, job_id: object, state: JobState) -> list[str]:
@@ -108,7 +110,9 @@ class Deadline:
 
 
 def outcome_text(job: SlurmJob) -> str:
-    """One line on how a finished job ended and where its output is."""
+    """One line on how a finished job ended and where its output is (for an array: which tasks failed)."""
+    if isinstance(job, SlurmArrayJob):
+        return array_outcome_text(job)
     elapsed = job.elapsed.total_seconds() if job.elapsed is not None else None
     parts = [f"Slurm job {job.display_id} ({job.name or 'unnamed'}) ended {job.describe_state()}"]
     parts.append(f"exit code {job.exit_code}")
@@ -120,6 +124,37 @@ def outcome_text(job: SlurmJob) -> str:
         text += f"; stdout: {job.standard_output}"
     if job.standard_error and job.standard_error != job.standard_output:
         text += f"; stderr: {job.standard_error}"
+    return text
+
+
+def _task_outcome(task: SlurmJob) -> str:
+    code = task.exit_code
+    how = f"signal {code.signal}" if code.signal else "exit code unknown" if code.return_code is None else ""
+    return f"{task.display_id} {task.state} ({how or f'exit code {code.return_code}'})"
+
+
+def array_outcome_text(job: SlurmArrayJob) -> str:
+    """``Slurm array job 41 (name) failed: task 41_1 FAILED (exit code 3); 2 of 3 tasks COMPLETED; output: ...``."""
+    elapsed = job.elapsed.total_seconds() if job.elapsed is not None else None
+    done = f"{job.completed_count} of {job.task_count} tasks COMPLETED"
+    head = f"Slurm array job {job.job_id} ({job.name or 'unnamed'})"
+    failed = job.failed_tasks
+    if not failed:
+        return f"{head} ended COMPLETED: {done}, elapsed {format_duration(elapsed)}"
+    named = ", ".join(_task_outcome(t) for t in failed[:MAX_TASKS_NAMED])
+    more = sum(t.task_count for t in failed[MAX_TASKS_NAMED:])
+    if more:
+        named += f" and {more} more"
+    noun = "task" if len(failed) == 1 and failed[0].task_count == 1 else "tasks"
+    text = f"{head} failed: {noun} {named}; {done}; elapsed {format_duration(elapsed)}"
+    outputs = list(dict.fromkeys(t.standard_output for t in failed[:MAX_TASKS_NAMED] if t.standard_output))
+    errors = [
+        t.standard_error for t in failed[:MAX_TASKS_NAMED] if t.standard_error and t.standard_error != t.standard_output
+    ]
+    if outputs:
+        text += f"; output: {', '.join(outputs)}"
+    if errors:
+        text += f"; stderr: {', '.join(dict.fromkeys(errors))}"
     return text
 
 

@@ -475,6 +475,7 @@ class Cluster:
         job.start_time = int(time.time())
         job.end_time = 0
         job.ending = None
+        job.split_off = job.array_task_id is not None
         job.token += 1
         self._running[job.job_id] = job
         if job.array_job_id:

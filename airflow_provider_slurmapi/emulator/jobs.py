@@ -83,6 +83,8 @@ class Job:
     stderr_path: str = ""
     stdin_path: str = "/dev/null"
     in_queue: bool = True
+    # An array task that has started: slurmctld has split it off the array's pending record.
+    split_off: bool = False
     # slurmctld's view of the dependency ("afterok:12(unfulfilled)"); None until first evaluated
     dependency_text: str | None = None
 
@@ -102,10 +104,15 @@ class Job:
 
     @property
     def display_id(self) -> str:
-        """``"12"``, or ``"12_3"`` for an array task, as ``jobs/state`` prints it."""
+        """``"12"``, or for an array task ``<record id>_<task>``, as ``jobs/state`` prints it.
+
+        slurmctld 24.11 keeps an array's pending tasks on the array's own record and gives each task
+        its own record id when it starts, and ``jobs/state`` names a task by its record: array 5's
+        pending task 2 is ``5_2``, its started task 0 ``8_0`` (recorded: slurm-24.11-arrays).
+        """
         if self.array_task_id is None:
             return str(self.job_id)
-        return f"{self.array_job_id}_{self.array_task_id}"
+        return f"{self.job_id if self.split_off else self.array_job_id}_{self.array_task_id}"
 
     def matches(self, states: frozenset[str]) -> bool:
         """True when the base state is wanted and each extra flag (e.g. ``COMPLETING``) is wanted too."""

@@ -95,6 +95,9 @@ class SlurmSubmitJobOperator(BaseOperator):
     :param current_working_directory: the job's directory on the cluster (required here or in ``job``).
     :param standard_output: stdout path pattern (Slurm default ``slurm-%j.out`` in the working directory).
     :param standard_error: stderr path pattern (default: with stdout).
+    :param array: make it a job array, in Slurm's notation (templated): ``"0-15"``, ``"1,3,5"``,
+        ``"0-99%10"`` (at most 10 at once); each task sees ``$SLURM_ARRAY_TASK_ID``. The task waits for
+        every task of the array and succeeds only if all COMPLETED; the error names each failed task.
     :param wait_for_completion: wait for the job to end (default True); False returns right after submit.
     :param deferrable: wait in the triggerer, freeing the worker (default ``[operators] default_deferrable``).
     :param poll_interval: seconds between state checks (default 30).
@@ -107,7 +110,9 @@ class SlurmSubmitJobOperator(BaseOperator):
 
     Every job carries ``airflow-ti:<dag_id>/<task_id>/<run_id>/<map_index>`` at the start of its
     ``comment`` (a ``comment`` you give follows it). Returns (XCom ``return_value``) the Slurm job id; also pushes ``slurm_job_id`` at submit time and
-    ``slurm_job`` (state, exit code, elapsed, nodes, output paths) when the job ends.
+    ``slurm_job`` (state, exit code, elapsed, nodes, output paths) when the job ends. For an array,
+    ``slurm_job`` also holds ``tasks`` (one entry per task: ``display_id`` such as ``41_1``, state, exit
+    code, output paths), ``array_task_count`` and ``array_tasks_completed``.
     """
 
     template_fields: Sequence[str] = (
@@ -119,6 +124,7 @@ class SlurmSubmitJobOperator(BaseOperator):
         "current_working_directory",
         "standard_output",
         "standard_error",
+        "array",
     )
     template_ext: Sequence[str] = (".sh", ".bash")
     template_fields_renderers = {"script": "bash", "job": "json", "environment": "json"}
@@ -142,6 +148,7 @@ class SlurmSubmitJobOperator(BaseOperator):
         current_working_directory: str | None = None,
         standard_output: str | None = None,
         standard_error: str | None = None,
+        array: str | None = None,
         wait_for_completion: bool = True,
         deferrable: bool | None = None,
         poll_interval: float = 30.0,
@@ -167,6 +174,7 @@ class SlurmSubmitJobOperator(BaseOperator):
         self.current_working_directory = current_working_directory
         self.standard_output = standard_output
         self.standard_error = standard_error
+        self.array = array
         self.wait_for_completion = wait_for_completion
         # Read when the task is built (not when this module is imported), so the setting can change.
         self.deferrable = default_deferrable() if deferrable is None else bool(deferrable)
@@ -206,6 +214,7 @@ class SlurmSubmitJobOperator(BaseOperator):
             "current_working_directory": self.current_working_directory,
             "standard_output": self.standard_output,
             "standard_error": self.standard_error,
+            "array": self.array,
         }
         fields.update({k: v for k, v in simple.items() if v is not None})
         if self.gpus_per_node:
@@ -242,7 +251,12 @@ class SlurmSubmitJobOperator(BaseOperator):
         self.job_id = outcome.job_id
         partition = spec.job.get("partition") or "the default partition"
         verb = "Reattached to" if outcome.reattached else "Submitted"
-        self.log.info("%s Slurm job %s (%s) on %s", verb, self.job_id, spec.job.get("name"), partition)
+        name = spec.job.get("name")
+        if spec.job.get("array"):
+            what = f"array job {self.job_id} ({name}, tasks {spec.job['array']})"
+        else:
+            what = f"job {self.job_id} ({name})"
+        self.log.info("%s Slurm %s on %s", verb, what, partition)
         context["ti"].xcom_push(key=XCOM_JOB_ID, value=self.job_id)
         SlurmJobLink.persist_for(context, hook, self.job_id)
         if not self.wait_for_completion:

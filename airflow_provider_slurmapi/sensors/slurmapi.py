@@ -15,6 +15,7 @@ from airflow.providers.common.compat.sdk import (
 
 from airflow_provider_slurmapi.api.errors import SlurmJobApiError, SlurmJobNotFoundError
 from airflow_provider_slurmapi.api.jobs import TERMINAL_STATES, JobState
+from airflow_provider_slurmapi.api.watch import outcome_text
 from airflow_provider_slurmapi.hooks.slurmapi import SlurmJobApiHook, default_deferrable
 from airflow_provider_slurmapi.links.slurmapi import SlurmJobLink
 from airflow_provider_slurmapi.version_compat import AIRFLOW_V_3_3_PLUS
@@ -55,7 +56,9 @@ class SlurmJobSensor(BaseSensorOperator):
     :param slurmapi_conn_id: the ``slurmapi`` connection (default ``slurmapi_default``).
 
     ``mode`` (poke / reschedule), ``poke_interval``, ``timeout`` and ``soft_fail`` work as on every
-    sensor; with ``soft_fail`` a failure state skips the task instead of failing it.
+    sensor; with ``soft_fail`` a failure state skips the task instead of failing it. A job array's id
+    waits for every task: COMPLETED when all tasks completed, else the first failed task's state, and
+    the failure names each failed task.
     """
 
     template_fields: Sequence[str] = ("job_id",)
@@ -161,8 +164,9 @@ class SlurmJobSensor(BaseSensorOperator):
                 self.log.warning("Could not read Slurm job %s (%s); trying again next poke", self.job_id, err)
                 return False
             raise AirflowFailException(str(err)) from None
-        self.log.info("Slurm job %s: %s", job.display_id, job.describe_state())
-        return self._decide(job.state, f"Slurm job {job.display_id} is {job.describe_state()}")
+        self.log.info("%s: %s", job.label, job.describe_state())  # an array's id: every task's state
+        message = outcome_text(job) if job.state.is_terminal else f"{job.label} is {job.describe_state()}"
+        return self._decide(job.state, message)
 
     def execute(self, context: Any) -> Any:
         if not self.deferrable:

@@ -4,7 +4,13 @@ Every :class:`~airflow_provider_slurmapi.triggers.slurmapi.SlurmJobTrigger` on t
 poll interval in one event loop subscribes here. Each tick asks the active queue for all their jobs at
 once (``GET /slurm/{v}/jobs/state/?job_id=a&job_id=b...``, chunked to keep URLs short), and only the jobs
 missing from it are asked of accounting, also batched (``/slurmdb/{v}/jobs/?step=a&step=b``). Each trigger is
-woken with its own job's state. If the cluster refuses the batched paths, the poller falls back to one
+woken with its own job's state.
+
+Job arrays: for an array's id the batched call answers one entry per task, named ``<record id>_<task>``,
+and a task that has started carries its own record id (``?job_id=5`` gives ``8_0``, ``9_1``, ``5_2``), so
+the entries of several arrays cannot be told apart. An id is known to be an array once an entry
+``<id>_<task>`` or an accounting record of one of its tasks shows up; from then on each tick reads that
+array's task records (one call, two at its end: ``get_job``), and the trigger gets the whole array. If the cluster refuses the batched paths, the poller falls back to one
 call per job. The poller lives only in memory: it starts with its first subscriber and stops with the
 last, so nothing needs sharing between triggerer processes.
 """
@@ -21,7 +27,7 @@ from airflow_provider_slurmapi.api import versions
 from airflow_provider_slurmapi.api.client import AsyncSlurmJobApiClient
 from airflow_provider_slurmapi.api.envelope import Call
 from airflow_provider_slurmapi.api.errors import GoogleApiError, SlurmApiError, SlurmJobApiError
-from airflow_provider_slurmapi.api.jobs import JobState, SlurmJob
+from airflow_provider_slurmapi.api.jobs import JobState, SlurmArrayJob, SlurmJob
 from airflow_provider_slurmapi.api.operations import Operation, _records, job_states
 
 log = logging.getLogger(__name__)
@@ -36,7 +42,8 @@ class Observation:
     error: SlurmJobApiError | None = None
     # True when the job was found only in accounting (it has left the active queue).
     accounted: bool = False
-    # The full record of a job that has ended, read in the tick's one batched accounting call.
+    # The full record of a job that has ended, read in the tick's one batched accounting call; for an
+    # array, the whole array (its tasks) on every tick.
     job: SlurmJob | None = None
 
 
@@ -48,18 +55,24 @@ def states_in_queue(version: str, job_ids: list[str]) -> Operation[dict[str, Job
     return states
 
 
-def accounted_jobs(version: str, job_ids: list[str]) -> Operation[dict[str, SlurmJob]]:
-    """Accounting's records of many jobs, batched with slurmdb's ``step`` filter."""
+def accounted_jobs(version: str, job_ids: list[str]) -> Operation[tuple[dict[str, SlurmJob], set[str]]]:
+    """Accounting's records of many jobs, batched with slurmdb's ``step`` filter.
+
+    Returns the plain jobs by id, and the ids that turned out to be arrays (their tasks' records).
+    """
     jobs: dict[str, SlurmJob] = {}
+    arrays: set[str] = set()
     for start in range(0, len(job_ids), CHUNK):
         chunk = job_ids[start : start + CHUNK]
         reply = yield Call("GET", versions.slurmdb_jobs_path(version, step=chunk))
         reply.raise_for_errors("read finished jobs from accounting (slurmdbd)")
         for record in _records(reply):
             job = SlurmJob.from_slurmdb(record, version)
-            if job.array_task_id is None:
+            if job.array_job_id:
+                arrays.add(str(job.array_job_id))
+            else:
                 jobs[str(job.job_id)] = job
-    return jobs
+    return jobs, arrays & set(job_ids)
 
 
 class SharedJobPoller:
@@ -72,6 +85,8 @@ class SharedJobPoller:
         self.client = client
         self.interval = interval
         self.subscribers: dict[str, set[asyncio.Queue[Observation]]] = {}
+        # Subscribed ids known to be job arrays: read in full each tick.
+        self.arrays: set[str] = set()
         self.batched = True
         self._task: asyncio.Task[None] | None = None
 
@@ -102,6 +117,7 @@ class SharedJobPoller:
             queues.discard(queue)
             if not queues:
                 del self.subscribers[str(job_id)]
+                self.arrays.discard(str(job_id))
         if not self.subscribers:
             self._registry.pop(self.key, None)
             task, self._task = self._task, None
@@ -145,41 +161,53 @@ class SharedJobPoller:
 
     async def _observe_batched(self, version: str, ids: list[str]) -> dict[str, Observation]:
         states = await self.client.run(states_in_queue(version, ids))
+        wanted = set(ids)
+        self.arrays.update(key.split("_")[0] for key in states if "_" in key and key.split("_")[0] in wanted)
         seen = {job_id: Observation(state=states[job_id]) for job_id in ids if job_id in states}
         # One accounting call for the jobs that left the queue and those that just ended in it (for
         # their full records): a tick costs ceil(N/500) + 1 calls, however many jobs end at once.
-        ask = [job_id for job_id in ids if job_id not in states or states[job_id].is_terminal]
-        if not ask:
-            return seen
-        try:
-            accounted = await self.client.run(accounted_jobs(version, ask))
-        except SlurmJobApiError as err:
-            for job_id in ask:
-                if job_id not in seen:
-                    seen[job_id] = Observation(error=err)
-            return seen
-        for job_id in ask:
-            job = accounted.get(job_id)
-            final = job if job is not None and job.state.is_terminal else None
-            if job_id in seen:
-                seen[job_id].job = final
-            elif job is not None:
-                seen[job_id] = Observation(state=job.state, accounted=True, job=final)
+        ask = [
+            job_id
+            for job_id in ids
+            if job_id not in self.arrays and (job_id not in states or states[job_id].is_terminal)
+        ]
+        if ask:
+            try:
+                accounted, arrays = await self.client.run(accounted_jobs(version, ask))
+            except SlurmJobApiError as err:
+                for job_id in ask:
+                    if job_id not in seen:
+                        seen[job_id] = Observation(error=err)
             else:
-                # Neither in the queue nor (yet) in accounting: just submitted, awaiting its first record.
-                seen[job_id] = Observation(state=JobState("PENDING"))
+                self.arrays.update(arrays)
+                for job_id in ask:
+                    job = accounted.get(job_id)
+                    final = job if job is not None and job.state.is_terminal else None
+                    if job_id in self.arrays:
+                        continue
+                    if job_id in seen:
+                        seen[job_id].job = final
+                    elif job is not None:
+                        seen[job_id] = Observation(state=job.state, accounted=True, job=final)
+                    else:
+                        # Neither in the queue nor (yet) in accounting: just submitted, awaiting its first record.
+                        seen[job_id] = Observation(state=JobState("PENDING"))
+        for job_id in ids:
+            if job_id in self.arrays:
+                seen[job_id] = await self._observe_one(job_id)
         return seen
 
+    async def _observe_one(self, job_id: str) -> Observation:
+        """One job (a whole array) read in full: its state, and its record when it is an array or ended."""
+        try:
+            job = await self.client.get_job(job_id, recently_submitted=True)
+        except SlurmJobApiError as err:
+            return Observation(error=err)
+        whole = isinstance(job, SlurmArrayJob) or job.state.is_terminal
+        return Observation(state=job.state, accounted=job.source == "slurmdb", job=job if whole else None)
+
     async def _observe_each(self, ids: list[str]) -> dict[str, Observation]:
-        seen: dict[str, Observation] = {}
-        for job_id in ids:
-            try:
-                job = await self.client.get_job(job_id, recently_submitted=True)
-            except SlurmJobApiError as err:
-                seen[job_id] = Observation(error=err)
-            else:
-                seen[job_id] = Observation(state=job.state, accounted=job.source == "slurmdb")
-        return seen
+        return {job_id: await self._observe_one(job_id) for job_id in ids}
 
 
 def _batch_unsupported(err: Any) -> bool:

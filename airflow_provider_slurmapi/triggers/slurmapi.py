@@ -11,7 +11,7 @@ from airflow.triggers.base import BaseTrigger, TriggerEvent
 from airflow_provider_slurmapi.api.client import AsyncSlurmJobApiClient
 from airflow_provider_slurmapi.api.connection import ConnectionSettings
 from airflow_provider_slurmapi.api.errors import SlurmJobApiError
-from airflow_provider_slurmapi.api.jobs import SlurmJob
+from airflow_provider_slurmapi.api.jobs import SlurmArrayJob, SlurmJob
 from airflow_provider_slurmapi.api.watch import DEFAULT_ERROR_BUDGET, Deadline, JobWatch, outcome_text
 from airflow_provider_slurmapi.triggers.poller import SharedJobPoller
 from airflow_provider_slurmapi.version_compat import AIRFLOW_V_3_0_PLUS, AIRFLOW_V_3_3_PLUS
@@ -37,7 +37,8 @@ class SlurmJobTrigger(BaseTrigger):
         connection and interval in the triggerer (default True); False polls this job on its own.
 
     The event's payload: ``status`` (success, failed, reached, timeout, error), ``job_id``, ``message``
-    and ``job`` (the job summary, when one was read). ``run()`` only reads: it has no side effects, so a
+    and ``job`` (the job summary, when one was read). An array's id waits for every task: ``job`` is the
+    array's summary with its ``tasks``, and a failure's ``message`` names each failed task. ``run()`` only reads: it has no side effects, so a
     trigger that runs twice (triggerer HA) is harmless.
     """
 
@@ -143,7 +144,7 @@ class SlurmJobTrigger(BaseTrigger):
         if job.state.is_terminal:
             return self._event(SUCCESS if job.state.is_success else FAILED, outcome_text(job), job)
         if job.state.base in set(self.target_states or ()):
-            return self._event(REACHED, f"Slurm job {job.display_id} is {job.describe_state()}", job)
+            return self._event(REACHED, f"{job.label} is {job.describe_state()}", job)
         return None
 
     def _timeout(self, last: SlurmJob | None) -> TriggerEvent:
@@ -208,7 +209,10 @@ class SlurmJobTrigger(BaseTrigger):
                     return
                 error = seen.error
                 if seen.state is not None:
-                    for line in watch.observe_state(self.job_id, seen.state):
+                    # An array comes whole on every tick: log its tasks' progress, not a bare state.
+                    whole = seen.job if isinstance(seen.job, SlurmArrayJob) else None
+                    lines = watch.observe(whole) if whole else watch.observe_state(self.job_id, seen.state)
+                    for line in lines:
                         self.log.info(line)
                     if seen.state.is_terminal or seen.state.base in targets:
                         try:

@@ -112,3 +112,35 @@ with _dag("secret_env"):
         current_working_directory=CWD,
         poll_interval=0.2,
     )
+
+# Job arrays: task 1 of array_fail exits 3; each task writes its index to its own output file.
+ARRAY_OK = '#!/bin/bash\necho "task $SLURM_ARRAY_TASK_ID of $SLURM_ARRAY_JOB_ID"\n'
+ARRAY_FAIL = '#!/bin/bash\necho "task $SLURM_ARRAY_TASK_ID"\nsleep 0.5\n[ "$SLURM_ARRAY_TASK_ID" != 1 ] || exit 3\n'
+for deferrable in (False, True):
+    with _dag(f"array_ok_{deferrable}"):
+        SlurmSubmitJobOperator(
+            task_id="sweep",
+            script=ARRAY_OK,
+            array="{{ 0 }}-{{ 1 + 1 }}",
+            current_working_directory=CWD,
+            deferrable=deferrable,
+            poll_interval=0.2,
+        )
+    with _dag(f"array_fail_{deferrable}"):
+        SlurmSubmitJobOperator(
+            task_id="sweep",
+            script=ARRAY_FAIL,
+            job={"array": "0-2%2"},
+            current_working_directory=CWD,
+            deferrable=deferrable,
+            poll_interval=0.2,
+        )
+    with _dag(f"array_sensor_{deferrable}"):
+        SlurmSubmitJobOperator(
+            task_id="submit", script=ARRAY_FAIL, array="0-2", current_working_directory=CWD, wait_for_completion=False
+        ) >> SlurmJobSensor(
+            task_id="wait", job_id="{{ ti.xcom_pull(task_ids='submit') }}", poke_interval=0.2, deferrable=deferrable
+        )
+
+with _dag("array_bad_spec"):
+    SlurmSubmitJobOperator(task_id="sweep", script=ARRAY_OK, array="0-2;rm", current_working_directory=CWD)

@@ -147,6 +147,12 @@ def test_array_with_throttle(api: Api, emu: SlurmJobApiEmulator) -> None:
     assert [t["array_max_tasks"]["number"] for t in tasks] == [2] * 4
     pending = [t for t in tasks if t["job_state"] == ["PENDING"]]
     assert len(pending) == 2 and {t["state_reason"] for t in pending} == {"JobArrayTaskLimit"}
+    # jobs/state names a task by its record, as real slurmctld does (fixtures/slurm-24.11-arrays): a
+    # pending task is still on the array's own record, a started one has its own id.
+    own_ids = {0: master + 1, 1: master + 2, 2: master + 3, 3: master}
+    for entry in api.call("GET", f"/slurm/{V}/jobs/state/?job_id={master}")[1]["jobs"]:
+        record, task = (int(part) for part in entry["job_id"].split("_"))
+        assert record == (master if entry["state"] == ["PENDING"] else own_ids[task]), entry
     for offset in range(4):
         emu.wait_for_state(master + offset, "COMPLETED", 10)
     assert emu.read_output(master + 3).strip() == f"{master} 2 {master + 3}"
@@ -161,7 +167,9 @@ def test_array_with_throttle(api: Api, emu: SlurmJobApiEmulator) -> None:
         peak = max(peak, running)
     assert peak == 2
     states = api.call("GET", f"/slurm/{V}/jobs/state/?job_id={master}")[1]["jobs"]
-    assert [s["job_id"] for s in states] == [f"{master}_{i}" for i in range(4)]
+    assert sorted(s["job_id"] for s in states) == sorted(
+        [f"{master + 1}_0", f"{master + 2}_1", f"{master + 3}_2", f"{master}_3"]
+    )
     assert api.job(f"{master}_3")[1]["jobs"][0]["job_id"] == master
     assert len(api.db_job(master)[1]["jobs"]) == 4
 

@@ -420,6 +420,8 @@ def test_array_with_one_failing_task(sides):
 
         side.poll(f"/slurm/{V}/job/{array}", all_done, steps, "job", key=lambda r: f"{len(r[1].get('jobs', []))}")
         steps["done"] = side.call("GET", f"/slurm/{V}/job/{array}")
+        # one entry per task, named <record id>_<task>: started tasks carry their own record's id
+        steps["jobs_state"] = side.call("GET", f"/slurm/{V}/jobs/state/?job_id={array}")
         side.poll(f"/slurmdb/{V}/job/{array}", terminal, steps, "slurmdb_job")
         return steps
 
@@ -430,9 +432,11 @@ def test_array_with_one_failing_task(sides):
         assert {i: t["job_state"] for i, t in tasks.items()} == {0: ["COMPLETED"], 1: ["FAILED"], 2: ["COMPLETED"]}
         assert all(t["array_job_id"]["number"] == array for t in tasks.values())
         assert tasks[2]["job_id"] == array and len({t["job_id"] for t in tasks.values()}) == 3
+        named = {entry["job_id"]: entry["state"] for entry in steps["jobs_state"][1]["jobs"]}
+        assert named == {f"{t['job_id']}_{i}": t["job_state"] for i, t in tasks.items()}, named
         for step in [s for s in steps if s.startswith("job_")]:
             del steps[step]  # the pending/partly started views depend on how fast each cluster starts tasks
-    conform_all(real, emu, {"submit", "done", "slurmdb_job_completed"})
+    conform_all(real, emu, {"submit", "done", "jobs_state", "slurmdb_job_completed"})
 
 
 def test_dependency_afterok(sides):

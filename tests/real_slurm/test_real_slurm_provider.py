@@ -10,6 +10,7 @@ import pytest
 
 from airflow_provider_slurmapi.api.errors import SlurmRequestRejectedError
 from airflow_provider_slurmapi.api.jobs import JobSpec
+from airflow_provider_slurmapi.api.watch import failure_error
 from airflow_provider_slurmapi.hooks.slurmapi import SlurmJobApiHook
 from airflow_provider_slurmapi.triggers.slurmapi import SlurmJobTrigger
 
@@ -134,3 +135,83 @@ def test_slurmdbd_down_does_not_break_a_wait(real_slurm, connect):
     finally:
         real_slurm.start_slurmdbd()
     assert hook.get_job(job_id).state.is_success
+
+
+def _load_real_dags():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "dags" / "slurm_real_dags.py"
+    spec = importlib.util.spec_from_file_location("slurm_real_dags", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.DAGS
+
+
+def _run_failing(dag, capfd) -> tuple[int, dict, str]:
+    """Run the one-task DAG, which must fail: the job id, the ``slurm_job`` summary and the log."""
+    (ti,) = dag.test().get_task_instances()
+    assert str(ti.state).rsplit(".", 1)[-1].lower() == "failed"
+    task_id = ti.task_id
+    out = capfd.readouterr()
+    return (
+        ti.xcom_pull(task_ids=task_id, key="slurm_job_id"),
+        ti.xcom_pull(task_ids=task_id, key="slurm_job"),
+        (out.out + out.err),
+    )
+
+
+@pytest.fixture
+def real_dags(real_slurm, connect, monkeypatch):
+    connect()  # slurmapi_default: this cluster's slurmrestd, directly
+    monkeypatch.setenv("SLURMAPI_REAL_CWD", real_slurm.home)
+    monkeypatch.setenv("SLURMAPI_REAL_PARTITION", real_slurm.partition)
+    return _load_real_dags()
+
+
+@pytest.mark.usefixtures("airflow_db")
+def test_operator_array_one_failing_task_fails_and_names_it(real_slurm, real_dags, capfd):
+    """Issue #6: a job array through the operator (deferrable), task 1 exits 3: the Airflow task fails saying so."""
+    array_id, summary, log = _run_failing(real_dags["real_array_one_task_fails"], capfd)
+    states = {t["display_id"]: (t["state"], t["exit_code"]) for t in summary["tasks"]}
+    assert states == {
+        f"{array_id}_0": ("COMPLETED", 0),
+        f"{array_id}_1": ("FAILED", 3),
+        f"{array_id}_2": ("COMPLETED", 0),
+    }
+    assert f"failed: task {array_id}_1 FAILED (exit code 3); 2 of 3 tasks COMPLETED" in log
+    output = f"{real_slurm.home}/real-array-{array_id}_1.out"
+    assert f"output: {output}" in log
+    assert real_slurm.host_path(output).read_text().strip() == "task 1"
+    # every task really ran to its end on the cluster
+    tasks = SlurmJobApiHook().get_jobs(array_id)
+    assert sorted(t.state.base for t in tasks) == ["COMPLETED", "COMPLETED", "FAILED"]
+
+
+@pytest.mark.timeout(400)
+@pytest.mark.usefixtures("airflow_db")
+def test_operator_time_limit_ends_in_timeout(real_slurm, real_dags, capfd):
+    """Issue #6: time_limit=1 on a 150 s script, through the operator (not deferrable): Slurm's TIMEOUT fails it."""
+    job_id, summary, log = _run_failing(real_dags["real_time_limit"], capfd)
+    assert summary["state"] == "TIMEOUT"
+    assert 60 <= summary["elapsed_seconds"] < 150  # killed at the limit (checked on a 30 s sweep), not at its end
+    assert f"Slurm job {job_id} (real_time_limit.train) ended TIMEOUT" in log
+
+
+def test_cancel_of_an_array_id_cancels_every_task(real_slurm, connect):
+    """What the operator's on_kill relies on: one DELETE of the array's id stops running and pending tasks."""
+    hook = connect()
+    array = hook.submit_job("#!/bin/bash\nsleep 300\n", job(real_slurm, array="0-3%1"))
+    real_slurm.poll(
+        "GET",
+        f"/slurm/v0.0.42/job/{array}",
+        lambda status, body: status == 200 and any("RUNNING" in j["job_state"] for j in body["jobs"]),
+        timeout=60,
+        what="the array's first task to start",
+    )
+    assert not hook.cancel_job(array).already_finished
+    done = hook.wait_for_job(array, poll_interval=0.5, timeout=120)
+    assert done.state.base == "CANCELLED" and done.task_count == 4
+    assert {t.state.base for t in done.tasks} == {"CANCELLED"}
+    assert "0 of 4 tasks COMPLETED" in str(failure_error(done))

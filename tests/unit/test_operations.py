@@ -11,23 +11,14 @@ from airflow_provider_slurmapi.api import operations as ops
 from airflow_provider_slurmapi.api.envelope import Call, SlurmReply
 from airflow_provider_slurmapi.api.errors import SlurmJobNotFoundError, SlurmRequestRejectedError
 from airflow_provider_slurmapi.api.jobs import JobSpec
-from tests.fixtures import recorded, recorded_status
+from tests.fixtures import drive_op, recorded, recorded_status
 
 V = "v0.0.42"
 
 
 def drive(op, replies: Iterable[str]) -> tuple[Any, list[Call]]:
     """Run ``op`` answering each call with the next recorded reply; return its result and the calls."""
-    calls: list[Call] = []
-    answers = iter(replies)
-    try:
-        call = next(op)
-        while True:
-            calls.append(call)
-            name = next(answers)
-            call = op.send(SlurmReply.from_structured(recorded_status(name), recorded(name)))
-    except StopIteration as done:
-        return done.value, calls
+    return drive_op(op, (SlurmReply.from_structured(recorded_status(name), recorded(name)) for name in replies))
 
 
 def test_submit_returns_id_and_warnings():
