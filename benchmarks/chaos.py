@@ -273,7 +273,7 @@ def table(runs: list[tuple[str, ChaosRun]], args: argparse.Namespace) -> str:
 
     lines = [
         f"Chaos through Airflow {airflow.__version__} dag.test(): {args.tasks} tasks (half deferred), "
-        f"retries 5, fault rate {args.fault_rate:.0%} per call, seed {args.seed}",
+        f"retries {load_dags().RETRIES}, fault rate {args.fault_rate:.0%} per call, seed {args.seed}",
         "",
         f"{'mode':9} {'ok':>4} {'failed':>6} {'tries':>5} {'jobs':>5} {'dup':>4} {'lost':>4} "
         f"{'calls':>6} {'faulted':>7} {'rate':>5} {'s':>6}",
