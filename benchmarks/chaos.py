@@ -1,104 +1,317 @@
-"""Chaos benchmark: many task tries submitting and waiting through random faults; count lost and duplicated jobs.
+"""Chaos suite through real Airflow: N submit-and-wait tasks with retries while a fifth of all calls fail.
 
-Run: ``.venv/bin/python benchmarks/chaos.py [--tasks 40] [--fault-rate 0.15] [--seed 7]``
+Run: ``.venv/bin/python benchmarks/chaos.py [--tasks 100] [--fault-rate 0.2] [--seed 7] [--log FILE]``
 
-Against one emulator with seeded random faults on every kind of call (503, 429, 500, resets, cut-short
-JSON, slow replies past the client timeout, slurmdbd down, token endpoint errors, and submits whose
-reply is lost after Slurm accepted them), each task runs like an Airflow task with retries: build the
-job, submit (the provider's ``submit_once``: tagged, reattaching), wait; on a failure the next try starts
-over after ``--retry-delay`` seconds (Airflow's ``retry_delay``; it must outlast a slow reply). The baseline does what a naive provider does: submit, and submit again when the submit call fails.
-Printed: tasks that ended with their job COMPLETED, tries used, jobs per task (exactly 1 is right),
-duplicates, lost tasks, API calls and faults fired.
+The DAGs are ``tests/dags/slurm_chaos_dags.py``: N mapped ``SlurmSubmitJobOperator`` tasks, half waiting
+in the worker and half deferred, ``retries=5`` and a ``retry_delay`` longer than a slow reply. Each DAG
+runs with ``dag.test()`` (Airflow's own task runner; deferred tasks run their trigger in line; a task
+that fails goes up_for_retry and is run again once its retry_delay has passed) against a simulated-run
+emulator with seeded faults on every kind of call:
+
+* per call (``--fault-rate`` of every call, and more on submits and accounting reads): 503 UNAVAILABLE,
+  429 RESOURCE_EXHAUSTED, 500 INTERNAL, connection resets, truncated JSON, replies slower than the
+  client's timeout, 502 from slurmdb (slurmdbd down), token endpoint errors, and submits Slurm accepted
+  whose reply never reached the client;
+* per job (seeded, by a thread watching the cluster): NODE_FAIL or PREEMPTED of a running job that Slurm
+  requeues, a job purged from the active queue early (while running, or right after it ended), and every
+  access token revoked early.
+
+``chaos`` is the provider; ``chaos_naive`` the baseline: the same tasks, an operator that submits, submits
+again when the submit call fails, and submits anew on every task try. Printed: only the figures; the
+Airflow and provider logs go to ``--log``.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import importlib.util
 import os
+import random
+import subprocess
 import sys
+import threading
 import time
 from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+if TYPE_CHECKING:
+    from airflow_provider_slurmapi.emulator import Call, SlurmJobApiEmulator
 
-KINDS = ("unavailable", "resource_exhausted", "internal", "reset", "malformed", "slow", "slurmdbd_down", "token_error")
-MAX_TRIES = 6
+ROOT = Path(__file__).resolve().parent.parent
+DAG_FILE = ROOT / "tests" / "dags" / "slurm_chaos_dags.py"
+# Faults on every call, split evenly; lost replies hit submits only and slurmdbd_down /slurmdb paths only.
+GENERIC_FAULTS = ("unavailable", "resource_exhausted", "internal", "reset", "malformed", "slow")
+FAULT_KINDS = (*GENERIC_FAULTS, "slurmdbd_down", "token_error", "lost_reply")
+# What happens to a job while it runs, each with its share of ``job_event_rate``.
+JOB_EVENTS = ("node_fail_requeued", "preempted_requeued", "purged_running", "purged_ended")
+TOKEN_EXPIRY = "tokens_expired"
+EVENT_KINDS = (*JOB_EVENTS, TOKEN_EXPIRY)
+CLIENT_TIMEOUT = 1.0
+SLOW_REPLY = 1.5  # past the client's timeout, shorter than the DAG's retry_delay
 
 
-def run(mode: str, tasks: int, rate: float, seed: int, retry_delay: float) -> dict[str, float]:
-    from airflow_provider_slurmapi.api.errors import SlurmJobApiError
-    from airflow_provider_slurmapi.api.jobs import JobSpec
-    from airflow_provider_slurmapi.api.reattach import tagged_comment, task_instance_tag
+def arm_faults(emu: SlurmJobApiEmulator, rate: float) -> None:
+    """Seeded faults (the emulator's seed) on ``rate`` of every call; submits and slurmdb reads get more."""
+    emu.inject_fault("lost_reply", count=None, probability=rate, path_contains="/job/submit", method="POST")
+    emu.inject_fault("slurmdbd_down", count=None, probability=rate)
+    each = 1 - (1 - rate) ** (1 / len(GENERIC_FAULTS))
+    for kind in GENERIC_FAULTS:
+        emu.inject_fault(kind, count=None, probability=each, delay=SLOW_REPLY)
+    emu.inject_fault("token_error", count=None, probability=rate)
+
+
+class ClusterChaos:
+    """A thread that does to each new job what a cluster does now and then, seeded; counts what it did.
+
+    When a job is first seen running it draws its fate: requeued after NODE_FAIL or PREEMPTED (Slurm
+    keeps the job id and runs it again), purged from the active queue while running or as soon as it
+    ends (read from accounting from then on), or nothing; independently, every access token may be
+    revoked (the next call gets 401).
+    """
+
+    def __init__(self, emu: SlurmJobApiEmulator, seed: int, job_event_rate: float, expiry_rate: float) -> None:
+        self.emu = emu
+        self.random = random.Random(seed)
+        self.job_event_rate = job_event_rate
+        self.expiry_rate = expiry_rate
+        self.events: Counter[str] = Counter()
+        self._seen: set[int] = set()
+        self._purge_when_ended: set[int] = set()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="cluster-chaos", daemon=True)
+
+    def __enter__(self) -> ClusterChaos:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+
+    def _loop(self) -> None:
+        while not self._stop.wait(0.02):
+            for job in self.emu.jobs():
+                self._visit(job)
+
+    def _visit(self, job: dict[str, Any]) -> None:
+        job_id = job["job_id"]
+        if job_id in self._purge_when_ended and job["state"] == ["COMPLETED"] and job["in_queue"]:
+            self._purge_when_ended.discard(job_id)
+            self.emu.purge(job_id)
+            self.events["purged_ended"] += 1
+        if job_id in self._seen or job["state"] != ["RUNNING"]:
+            return
+        self._seen.add(job_id)
+        if self.random.random() < self.expiry_rate:
+            self.emu.expire_tokens()
+            self.events[TOKEN_EXPIRY] += 1
+        if self.random.random() >= self.job_event_rate:
+            return
+        event = self.random.choice(JOB_EVENTS)
+        try:
+            if event == "purged_ended":
+                self._purge_when_ended.add(job_id)
+                return
+            if event == "purged_running":
+                self.emu.purge(job_id)
+            else:
+                self.emu.fail_job(job_id, "NODE_FAIL" if event == "node_fail_requeued" else "PREEMPTED", requeue=True)
+        except ValueError:  # it ended between the look and the blow: nothing happened to it
+            return
+        self.events[event] += 1
+
+
+@dataclass
+class ChaosRun:
+    """What one chaos run left behind: the task instances, the emulator's jobs, calls and faults."""
+
+    dag_id: str
+    tasks: int
+    seconds: float
+    ti_states: dict[str, str]
+    tries: int
+    jobs: list[dict[str, Any]]
+    calls: list[Call]
+    token_requests: int
+    faults: Counter[str]
+    events: Counter[str]
+    jobs_per_tag: Counter[str] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.jobs_per_tag = Counter(job["comment"].split(" ")[0] for job in self.jobs)
+
+    @property
+    def tasks_failed(self) -> int:
+        return sum(1 for state in self.ti_states.values() if state != "success")
+
+    @property
+    def duplicates(self) -> int:
+        """Jobs beyond the first of their task instance."""
+        return sum(count - 1 for count in self.jobs_per_tag.values())
+
+    @property
+    def lost(self) -> int:
+        """Task instances with no COMPLETED job of their own."""
+        completed = {job["comment"].split(" ")[0] for job in self.jobs if job["state"] == ["COMPLETED"]}
+        return sum(1 for tag in self.ti_states if tag not in completed)
+
+    @property
+    def total_calls(self) -> int:
+        """Every request the provider made: callSlurmRestApi and the token endpoint, faulted ones included."""
+        return len(self.calls) + self.token_requests + self.faults["token_error"]
+
+    @property
+    def fault_rate(self) -> float:
+        return sum(self.faults.values()) / max(1, self.total_calls)
+
+
+def load_dags() -> ModuleType:
+    spec = importlib.util.spec_from_file_location(DAG_FILE.stem, DAG_FILE)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def state_name(ti: Any) -> str:
+    return str(ti.state).rsplit(".", 1)[-1].lower()
+
+
+@contextlib.contextmanager
+def connection(emu: SlurmJobApiEmulator) -> Iterator[None]:
+    """``slurmapi_default`` points at ``emu`` (fast client retries, a short timeout) for the block."""
+    name = "AIRFLOW_CONN_SLURMAPI_DEFAULT"
+    before = os.environ.get(name)
+    os.environ[name] = emu.connection_json(retries=3, retry_delay=0.05, timeout=CLIENT_TIMEOUT)
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = before
+
+
+def run_chaos(
+    dag_id: str,
+    tasks: int,
+    rate: float,
+    seed: int,
+    runtime: float = 0.5,
+    job_event_rate: float = 0.25,
+    expiry_rate: float = 0.1,
+) -> ChaosRun:
+    """Run the DAG ``dag_id`` with ``tasks`` tasks through ``dag.test()`` under seeded faults."""
+    from airflow_provider_slurmapi.api.reattach import task_instance_tag
     from airflow_provider_slurmapi.emulator import SlurmJobApiEmulator
-    from airflow_provider_slurmapi.hooks.slurmapi import SlurmJobApiHook
 
-    with SlurmJobApiEmulator(simulate=True, partitions={"debug": 10_000}, min_job_age=3600, seed=seed) as emu:
-        os.environ["AIRFLOW_CONN_SLURMAPI_DEFAULT"] = emu.connection_json(retries=3, retry_delay=0.02, timeout=1)
-        for kind in KINDS:
-            emu.inject_fault(kind, count=None, probability=rate / len(KINDS), delay=1.5)
-        emu.inject_fault("lost_reply", count=None, probability=rate, path_contains="job/submit")
-        done, tries_used = 0, 0
-        for n in range(tasks):
-            tag = task_instance_tag("chaos", f"task{n}", "run-1")
-            spec = JobSpec.build(
-                "#!/bin/bash\n#EMULATOR runtime=0.3 exit=0\n",
-                {"current_working_directory": "/chaos", "name": f"chaos.task{n}", "comment": tagged_comment(tag, None)},
-            )
-            for attempt in range(1, MAX_TRIES + 1):
-                tries_used += 1
-                hook = SlurmJobApiHook()
-                try:
-                    if mode == "provider":
-                        job_id = hook.submit_once(spec, tag, first_try=attempt == 1).job_id
-                    else:
-                        job_id = hook.submit(spec).job_id
-                    if hook.wait_for_job(job_id, poll_interval=0.1, timeout=60).state.is_success:
-                        done += 1
-                        break
-                except SlurmJobApiError:
-                    time.sleep(retry_delay)  # Airflow's retry_delay between tries (default 5 minutes)
-                    continue
-                finally:
-                    hook.get_conn().close()
+    dag = load_dags().DAGS[dag_id]
+    started = time.monotonic()
+    with SlurmJobApiEmulator(simulate=True, partitions={"debug": 16}, min_job_age=3600, seed=seed) as emu:
+        arm_faults(emu, rate)
+        with connection(emu), ClusterChaos(emu, seed, job_event_rate, expiry_rate) as chaos:
+            dag_run = dag.test(run_conf={"tasks": tasks, "runtime": runtime})
         emu.clear_faults()
-        per_task = Counter(j["comment"].split(" ")[0] for j in emu.jobs())
-        return {
-            "tasks": tasks,
-            "completed": done,
-            "tries": tries_used,
-            "jobs": sum(per_task.values()),
-            "duplicated_tasks": sum(1 for c in per_task.values() if c > 1),
-            "lost_tasks": tasks - done,
-            "calls": len(emu.calls),
-            "faults": len(emu.faults.fired),
-        }
-
-
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--tasks", type=int, default=40)
-    parser.add_argument("--fault-rate", type=float, default=0.15, help="chance that a call meets a fault")
-    parser.add_argument("--seed", type=int, default=7)
-    parser.add_argument("--retry-delay", type=float, default=3.0, help="seconds between a task's tries")
-    args = parser.parse_args()
-    os.environ.setdefault("AIRFLOW_HOME", str(Path(__file__).resolve().parent.parent / ".airflow-bench"))
-    rows = []
-    for mode in ("provider", "naive"):
-        started = time.time()
-        row = run(mode, args.tasks, args.fault_rate, args.seed, args.retry_delay)
-        row["seconds"] = time.time() - started
-        rows.append((mode, row))
-    print(f"\nChaos: {args.tasks} tasks, fault rate {args.fault_rate:.0%} per call, seed {args.seed}\n")
-    print(
-        f"{'mode':9} {'completed':>9} {'tries':>6} {'jobs':>5} {'dup tasks':>9} {'lost':>5} {'calls':>6} {'faults':>6} {'s':>6}"
-    )
-    for mode, r in rows:
-        print(
-            f"{mode:9} {r['completed']:>9} {r['tries']:>6} {r['jobs']:>5} {r['duplicated_tasks']:>9} "
-            f"{r['lost_tasks']:>5} {r['calls']:>6} {r['faults']:>6} {r['seconds']:>6.1f}"
+        tis = [ti for ti in dag_run.get_task_instances() if ti.task_id.startswith("submit_")]
+        return ChaosRun(
+            dag_id=dag_id,
+            tasks=tasks,
+            seconds=time.monotonic() - started,
+            ti_states={task_instance_tag(ti.dag_id, ti.task_id, ti.run_id, ti.map_index): state_name(ti) for ti in tis},
+            tries=sum(int(ti.try_number) for ti in tis),
+            jobs=emu.jobs(),
+            calls=emu.calls,
+            token_requests=emu.token_requests,
+            faults=Counter(emu.faults.fired),
+            events=chaos.events,
         )
 
 
+# -- the command line -------------------------------------------------------------------------------
+
+
+def prepare_airflow(home: Path) -> None:
+    """A private AIRFLOW_HOME whose DAG folder holds the chaos DAGs, migrated on first use."""
+    os.environ["AIRFLOW_HOME"] = str(home)
+    os.environ["AIRFLOW__CORE__LOAD_EXAMPLES"] = "False"
+    os.environ["AIRFLOW__CORE__DAGS_FOLDER"] = str(DAG_FILE.parent)
+    marker = home / ".migrated"
+    if not marker.exists():
+        home.mkdir(parents=True, exist_ok=True)
+        airflow = Path(sys.executable).parent / "airflow"
+        subprocess.run([str(airflow), "db", "migrate"], check=True, capture_output=True)
+        marker.touch()
+
+
+@contextlib.contextmanager
+def output_to(path: Path) -> Iterator[None]:
+    """Everything written to stdout and stderr (Airflow's and the provider's logs) goes to ``path``."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = os.dup(1), os.dup(2)
+    with path.open("ab") as log:
+        os.dup2(log.fileno(), 1)
+        os.dup2(log.fileno(), 2)
+        try:
+            yield
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os.dup2(saved[0], 1)
+            os.dup2(saved[1], 2)
+            os.close(saved[0])
+            os.close(saved[1])
+
+
+def table(runs: list[tuple[str, ChaosRun]], args: argparse.Namespace) -> str:
+    import airflow
+
+    lines = [
+        f"Chaos through Airflow {airflow.__version__} dag.test(): {args.tasks} tasks (half deferred), "
+        f"retries {load_dags().RETRIES}, fault rate {args.fault_rate:.0%} per call, seed {args.seed}",
+        "",
+        f"{'mode':9} {'ok':>4} {'failed':>6} {'tries':>5} {'jobs':>5} {'dup':>4} {'lost':>4} "
+        f"{'calls':>6} {'faulted':>7} {'rate':>5} {'s':>6}",
+    ]
+    for mode, r in runs:
+        lines.append(
+            f"{mode:9} {r.tasks - r.tasks_failed:>4} {r.tasks_failed:>6} {r.tries:>5} {len(r.jobs):>5} "
+            f"{r.duplicates:>4} {r.lost:>4} {r.total_calls:>6} {sum(r.faults.values()):>7} "
+            f"{r.fault_rate:>5.1%} {r.seconds:>6.1f}"
+        )
+    lines += ["", f"{'calls faulted / cluster events':31}" + "".join(f" {mode:>9}" for mode, _ in runs)]
+    for kind in FAULT_KINDS:
+        lines.append(f"  {kind:29}" + "".join(f" {r.faults[kind]:>9}" for _, r in runs))
+    for kind in EVENT_KINDS:
+        lines.append(f"  {kind:29}" + "".join(f" {r.events[kind]:>9}" for _, r in runs))
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--tasks", type=int, default=100)
+    parser.add_argument("--fault-rate", type=float, default=0.2, help="chance that a call meets a fault")
+    parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--modes", default="provider,naive", help="provider, naive, or both (comma separated)")
+    parser.add_argument("--home", type=Path, default=ROOT / ".airflow-bench", help="AIRFLOW_HOME of the run")
+    parser.add_argument("--log", type=Path, default=None, help="where the logs go (default HOME/chaos.log)")
+    args = parser.parse_args()
+    prepare_airflow(args.home)
+    log = args.log or args.home / "chaos.log"
+    dag_ids = {"provider": "chaos", "naive": "chaos_naive"}
+    runs = []
+    with output_to(log):
+        for mode in args.modes.split(","):
+            runs.append((mode, run_chaos(dag_ids[mode], args.tasks, args.fault_rate, args.seed)))
+    print(table(runs, args))
+    print(f"\n(logs: {log})")
+
+
 if __name__ == "__main__":
+    sys.path.insert(0, str(ROOT))
     main()

@@ -53,6 +53,14 @@ class RetryPolicy:
         return base * random.uniform(1 - self.jitter, 1 + self.jitter)
 
 
+@dataclass
+class Tries:
+    """One call's tries so far, and whether its token has already been refreshed after a 401."""
+
+    count: int = 0
+    refreshed: bool = False
+
+
 class BaseSlurmJobApiClient:
     """The shared, I/O-free half of both clients."""
 
@@ -85,9 +93,13 @@ class BaseSlurmJobApiClient:
             request.headers["x-goog-user-project"] = self.auth.quota_project_id
         return request
 
-    def _retry_delay(self, call: Call, error: SlurmJobApiError, attempt: int) -> float | None:
+    def _retry_delay(self, call: Call, error: SlurmJobApiError, tries: Tries) -> float | None:
         """Seconds to wait before trying ``call`` again, or None to give up and raise ``error``."""
-        if isinstance(error, GoogleApiError) and error.code == 401 and attempt == 1 and self.tokens:
+        attempt = tries.count
+        # A token can be revoked or expire early between two tries of one call (the first may have met
+        # a 503): a 401 gets one fresh token per call, whichever try it answers.
+        if isinstance(error, GoogleApiError) and error.code == 401 and not tries.refreshed and self.tokens:
+            tries.refreshed = True
             self.tokens.invalidate()
             return 0.0
         if not error.retryable or attempt >= self.retry.attempts:
@@ -171,13 +183,13 @@ class SlurmJobApiClient(BaseSlurmJobApiClient):
             return done.value  # type: ignore[no-any-return]
 
     def _send(self, call: Call) -> SlurmReply:
-        attempt = 0
+        tries = Tries()
         while True:
-            attempt += 1
+            tries.count += 1
             try:
                 return self._send_once(call)
             except SlurmJobApiError as err:
-                delay = self._retry_delay(call, err, attempt)
+                delay = self._retry_delay(call, err, tries)
                 if delay is None:
                     raise
                 time.sleep(delay)
@@ -283,13 +295,13 @@ class AsyncSlurmJobApiClient(BaseSlurmJobApiClient):
             return done.value  # type: ignore[no-any-return]
 
     async def _send(self, call: Call) -> SlurmReply:
-        attempt = 0
+        tries = Tries()
         while True:
-            attempt += 1
+            tries.count += 1
             try:
                 return await self._send_once(call)
             except SlurmJobApiError as err:
-                delay = self._retry_delay(call, err, attempt)
+                delay = self._retry_delay(call, err, tries)
                 if delay is None:
                     raise
                 await asyncio.sleep(delay)

@@ -57,6 +57,31 @@ def test_token_endpoint_failures_and_early_expiry(hook, slurmapi_emulator):
     assert hook.wait_for_job(job_id, poll_interval=0.2, timeout=60).state.is_success
 
 
+@pytest.mark.parametrize("client", ["sync", "async"])
+def test_a_token_revoked_while_a_call_is_retried_is_refreshed(hook, slurmapi_emulator, client):
+    # Found by the chaos suite: a 401 on a call's second try (the first met a 503) failed the call,
+    # and with it the task's wait, instead of fetching a new token.
+    import asyncio
+
+    from airflow_provider_slurmapi.api.client import AsyncSlurmJobApiClient
+
+    job_id = submit(hook, "#!/bin/bash\ntrue\n")
+    slurmapi_emulator.expire_tokens()
+    slurmapi_emulator.inject_fault("unavailable", count=1)  # faults answer before the token is checked
+    if client == "sync":
+        job = hook.get_job(job_id)
+    else:
+        settings = hook.settings
+
+        async def read():
+            async with AsyncSlurmJobApiClient(settings.cluster, **settings.client_kwargs()) as aclient:
+                return await aclient.get_job(job_id)
+
+        job = asyncio.run(read())
+    assert job.job_id == job_id
+    assert [call.status for call in slurmapi_emulator.calls[-3:]] == [503, 401, 200]
+
+
 def test_requeued_job_is_still_waited_on(hook, slurmapi_emulator):
     job_id = submit(hook, "#!/bin/bash\nsleep 2\n")
     slurmapi_emulator.wait_for_state(job_id, "RUNNING", 30)
