@@ -114,3 +114,18 @@ def test_on_kill_cancels_only_when_asked(hook, slurmapi_emulator):
     asyncio.run(SlurmJobTrigger(owned, cancel_on_kill=True).on_kill())
     slurmapi_emulator.wait_for_state(owned, ["CANCELLED"], timeout=30)
     assert hook.get_job(watched).state.base == "RUNNING"
+
+
+def test_a_changed_connection_is_picked_up_by_the_next_trigger(hook, slurmapi_emulator, monkeypatch):
+    """Settings are parsed once per connection content, so editing the connection takes effect at once."""
+    job = submit(hook, "#!/bin/bash\necho ok\n")
+
+    def run_one() -> dict:
+        return asyncio.run(first_event(SlurmJobTrigger(job, poll_interval=0.2)))
+
+    assert run_one()["status"] == "success"
+    monkeypatch.setenv("AIRFLOW_CONN_SLURMAPI_DEFAULT", slurmapi_emulator.connection_json(timeout="soon"))
+    broken = run_one()
+    assert broken["status"] == "error" and "timeout" in broken["message"], broken
+    monkeypatch.setenv("AIRFLOW_CONN_SLURMAPI_DEFAULT", slurmapi_emulator.connection_json(timeout=30))
+    assert run_one()["status"] == "success"
