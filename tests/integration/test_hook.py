@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 
 import pytest
 
@@ -231,6 +232,28 @@ def test_one_token_refresh_at_a_time(hook, slurmapi_emulator):
 
     asyncio.run(many())
     assert slurmapi_emulator.token_requests - before == 2  # one per invalidation, however many callers
+
+
+def test_a_refused_token_is_forgotten_without_waiting_for_a_refresh_in_flight(hook, slurmapi_emulator):
+    import threading
+
+    tokens = hook.get_conn().tokens
+    assert tokens is not None
+    old = tokens.token()
+    slurmapi_emulator.inject_fault("token_slow", delay=3.0)
+    tokens.invalidate()
+    refresh = threading.Thread(target=tokens.token)
+    refresh.start()
+    while slurmapi_emulator.faults.fired != ["token_slow"]:  # the refresh is at the token endpoint
+        time.sleep(0.01)
+    tokens.invalidate(old)  # e.g. a 401 on the event loop: must not wait for that refresh
+    assert refresh.is_alive()
+    refresh.join()
+    fresh = tokens.token()
+    assert fresh != old
+    before = slurmapi_emulator.token_requests
+    tokens.invalidate(old)  # a late 401 for the old token keeps the new one
+    assert tokens.token() == fresh and slurmapi_emulator.token_requests == before
 
 
 def test_quota_project_header(slurmapi_emulator, monkeypatch):
