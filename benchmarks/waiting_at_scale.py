@@ -1,6 +1,6 @@
 """Benchmark: N deferred Slurm jobs watched by one triggerer loop, coalesced vs the usual provider.
 
-Run: ``.venv/bin/python benchmarks/waiting_at_scale.py [--sizes 100,2000] [--interval 5] [--spread 300]``
+Run: ``.venv/bin/python benchmarks/waiting_at_scale.py [--sizes 100,2000] [--interval 5] [--spread 240]``
 (``--standalone 500``: the same wait in a real ``airflow standalone`` triggerer, see
 ``benchmarks/standalone_triggerer.py``).
 
@@ -299,7 +299,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", default="100,2000")
     parser.add_argument("--interval", type=float, default=5.0)
-    parser.add_argument("--spread", type=float, default=300.0, help="seconds over which job ends are spread")
+    parser.add_argument("--spread", type=float, default=240.0, help="seconds over which job ends are spread")
     parser.add_argument("--baseline-max", type=int, default=2000, help="largest N for the baseline")
     parser.add_argument("--slow-token", type=float, default=5.0, help="token endpoint delay in the slow-token run")
     parser.add_argument("--slow-token-at", type=float, default=60.0, help="seconds into the wait it starts")

@@ -184,8 +184,11 @@ def read_connection(log: Path) -> dict[str, Any] | None:
 
 
 @contextlib.contextmanager
-def run_emulator() -> Iterator[EmulatorProcess]:
-    """``python -m airflow_provider_slurmapi.emulator`` on a free port, in its own process group."""
+def run_emulator(*extra_args: str) -> Iterator[EmulatorProcess]:
+    """``python -m airflow_provider_slurmapi.emulator`` on a free port, in its own process group.
+
+    ``extra_args``: more command-line options (e.g. ``--simulate``), for the benchmarks.
+    """
     try:
         found = importlib.util.find_spec("airflow_provider_slurmapi.emulator.__main__") is not None
     except ImportError:
@@ -206,6 +209,7 @@ def run_emulator() -> Iterator[EmulatorProcess]:
                 str(port),
                 "--state-dir",
                 str(state_dir),
+                *extra_args,
             ],
             stdout=out,
             stderr=subprocess.STDOUT,
@@ -347,8 +351,14 @@ def healthy(url: str, components: tuple[str, ...]) -> bool:
 
 
 @contextlib.contextmanager
-def run_standalone(emulator: EmulatorProcess) -> Iterator[Standalone]:
-    """A real ``airflow standalone`` on ``emulator``, ready (health endpoints green) when this yields."""
+def run_standalone(
+    emulator: EmulatorProcess, *, dags_folder: Path | None = None, extra_env: dict[str, str] | None = None
+) -> Iterator[Standalone]:
+    """A real ``airflow standalone`` on ``emulator``, ready (health endpoints green) when this yields.
+
+    ``dags_folder`` (default ``example_dags``) and ``extra_env`` (Airflow settings on top) are for the
+    benchmarks.
+    """
     major = airflow_major()
     home = Path(tempfile.mkdtemp(prefix="slurmapi-standalone-"))
     LOGS.mkdir(parents=True, exist_ok=True)
@@ -358,7 +368,7 @@ def run_standalone(emulator: EmulatorProcess) -> Iterator[Standalone]:
         {
             "PATH": f"{BIN}{os.pathsep}{env.get('PATH', '')}",
             "AIRFLOW_HOME": str(home),
-            "AIRFLOW__CORE__DAGS_FOLDER": str(ROOT / "example_dags"),
+            "AIRFLOW__CORE__DAGS_FOLDER": str(dags_folder or ROOT / "example_dags"),
             "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
             "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
             "AIRFLOW__CORE__UNIT_TEST_MODE": "False",
@@ -399,6 +409,7 @@ def run_standalone(emulator: EmulatorProcess) -> Iterator[Standalone]:
                 "AIRFLOW__SCHEDULER__MIN_FILE_PROCESS_INTERVAL": "5",
             }
         )
+    env.update(extra_env or {})
     write_users(home, env, major)
     log = LOGS / "standalone.log"
     with log.open("wb") as out:
