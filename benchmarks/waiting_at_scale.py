@@ -1,23 +1,43 @@
-"""Benchmark: N deferred Slurm jobs watched by one triggerer loop, coalesced vs per-job polling.
+"""Benchmark: N deferred Slurm jobs watched by one triggerer loop, coalesced vs the usual provider.
 
-Run: ``.venv/bin/python benchmarks/waiting_at_scale.py [--sizes 1,100,1000,2000] [--interval 5]``
+Run: ``.venv/bin/python benchmarks/waiting_at_scale.py [--sizes 100,2000] [--interval 5] [--spread 240]``
+(``--standalone 500``: the same wait in a real ``airflow standalone`` triggerer, see
+``benchmarks/standalone_triggerer.py``).
 
-Each measurement runs in a fresh subprocess (so CPU and RSS are the triggerer's alone), against the
-emulator in simulated-run mode in another process. Jobs end at staggered times over ``--spread``
-seconds. Printed per mode and N: API calls per tick and in total, triggerer CPU seconds, peak RSS and
-RSS per waiting trigger, event-loop lag p50/p99, detection latency (job end -> event) p50/p95, token
-fetches. Then the provider's import cost and a hook round trip against a bare ``requests.post``.
+Each measurement runs in a fresh subprocess (so CPU and RSS are that process's alone), against the
+emulator in simulated-run mode in another process. Job ends are staggered over ``--spread`` seconds.
+
+Modes:
+
+- ``coalesced``: ``SlurmJobTrigger`` as shipped (one shared poller per connection and interval).
+- ``baseline``: what the usual provider does (issue #7's definition): each trigger reads the connection,
+  has its own httpx client and its own token source, and makes one GET per job per tick.
+- ``slow-token`` (with ``--slow-token S``): ``coalesced`` again, but ``--slow-token-at`` seconds into the
+  wait the emulator expires every access token and its token endpoint then answers only after S seconds;
+  the event-loop lag is reported for that window too.
+
+Figures: API calls per tick and in total (for the baseline also what it is meant to make: one call per
+job per tick until it sees the job end), CPU seconds, peak RSS and RSS per waiting trigger, event-loop
+lag p50/p99 (a 10 ms sleep probe), detection latency (planned job end -> event) p50/p95, token fetches.
+
+CPU s is the measured process's CPU time (user + system, every thread: the event loop and the workers
+that refresh tokens), from the first trigger's start to the last trigger's event, counted the same way in
+every mode; it excludes interpreter start-up, imports and submitting the jobs. It includes the lag probe
+(100 wake-ups a second in every mode). Then the provider's import cost and a hook round trip against a
+bare ``requests.post``.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import resource
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -43,13 +63,25 @@ def serve_emulator() -> None:
     with SlurmJobApiEmulator(simulate=True, partitions={"debug": 100_000}, min_job_age=3600) as emu:
         print(json.dumps({"conn": emu.connection_json()}), flush=True)
         for line in sys.stdin:
-            if line.strip() == "calls":
+            command, *args = line.split()
+            if command == "calls":
                 calls = list(emu.calls)
                 print(
                     json.dumps({"calls": len(calls), "paths": [c[1] for c in calls], "tokens": emu.token_requests}),
                     flush=True,
                 )
-            elif line.strip() == "quit":
+            elif command == "slow-token":
+                # At epoch ``at``: every token issued so far is refused (401), and the next token request
+                # is answered after ``delay`` seconds.
+                at, delay = float(args[0]), float(args[1])
+
+                def expire(delay: float = delay) -> None:
+                    emu.inject_fault("token_slow", delay=delay)
+                    emu.expire_tokens()
+
+                threading.Timer(max(0.0, at - time.time()), expire).start()
+                print("{}", flush=True)
+            elif command == "quit":
                 break
 
 
@@ -61,11 +93,14 @@ class EmulatorProcess:
         assert self.proc.stdout is not None
         self.conn = json.loads(self.proc.stdout.readline())["conn"]
 
-    def stats(self) -> dict[str, Any]:
+    def ask(self, command: str) -> dict[str, Any]:
         assert self.proc.stdin is not None and self.proc.stdout is not None
-        self.proc.stdin.write("calls\n")
+        self.proc.stdin.write(command + "\n")
         self.proc.stdin.flush()
         return json.loads(self.proc.stdout.readline())  # type: ignore[no-any-return]
+
+    def stats(self) -> dict[str, Any]:
+        return self.ask("calls")
 
     def close(self) -> None:
         assert self.proc.stdin is not None
@@ -77,10 +112,16 @@ class EmulatorProcess:
 # -- one measurement (a fresh process) ------------------------------------------------------------
 
 
+def runtime_of(i: int, n: int, spread: float) -> float:
+    return 1.0 + spread * (i + 1) / n
+
+
 def measure(mode: str, n: int, interval: float, spread: float) -> dict[str, Any]:
     """Child: submit N simulated jobs, wait for all of them with N triggers in one loop, report figures."""
     import asyncio
 
+    from airflow_provider_slurmapi.api.auth import TokenSource
+    from airflow_provider_slurmapi.api.client import AsyncSlurmJobApiClient
     from airflow_provider_slurmapi.api.jobs import JobSpec
     from airflow_provider_slurmapi.hooks.slurmapi import SlurmJobApiHook
     from airflow_provider_slurmapi.triggers.slurmapi import SlurmJobTrigger
@@ -88,28 +129,40 @@ def measure(mode: str, n: int, interval: float, spread: float) -> dict[str, Any]
     hook = SlurmJobApiHook()
     planned_end: dict[int, float] = {}
     for i in range(n):
-        runtime = 1.0 + spread * (i + 1) / n
+        runtime = runtime_of(i, n, spread)
         script = f"#!/bin/bash\n#EMULATOR runtime={runtime:.3f} exit=0\ntrue\n"
         before = time.time()
         job_id = hook.submit(JobSpec.build(script, {"current_working_directory": "/bench", "name": f"b{i}"})).job_id
         planned_end[job_id] = before + runtime
     hook.get_conn().close()
     rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    lags: list[float] = []
+    lags: list[tuple[float, float]] = []
     latencies: list[float] = []
 
     async def lag_probe(stop: asyncio.Event) -> None:
         while not stop.is_set():
             start = time.perf_counter()
             await asyncio.sleep(0.01)
-            lags.append(time.perf_counter() - start - 0.01)
+            lags.append((time.time(), time.perf_counter() - start - 0.01))
 
-    async def wait_one(job_id: int) -> None:
-        trigger = SlurmJobTrigger(job_id, poll_interval=interval, coalesce=(mode == "coalesced"))
-        async for event in trigger.run():
+    async def trigger(job_id: int) -> None:
+        wait = SlurmJobTrigger(job_id, poll_interval=interval, coalesce=True)
+        async for event in wait.run():
             assert event.payload["status"] == "success", event.payload
             latencies.append(time.time() - planned_end[job_id])
             return
+
+    async def usual_provider(job_id: int) -> None:
+        # Issue #7's baseline: per trigger, the connection read, its own HTTP client and token source,
+        # one GET of the job per tick until it has ended.
+        settings = await SlurmJobApiHook().aget_settings()
+        tokens = TokenSource(settings.auth)
+        async with AsyncSlurmJobApiClient(settings.cluster, tokens=tokens, **settings.client_kwargs()) as client:
+            while not (await client.get_job(job_id)).state.is_terminal:
+                await asyncio.sleep(interval)
+        latencies.append(time.time() - planned_end[job_id])
+
+    wait_one = usual_provider if mode == "baseline" else trigger
 
     async def main() -> None:
         stop = asyncio.Event()
@@ -118,45 +171,79 @@ def measure(mode: str, n: int, interval: float, spread: float) -> dict[str, Any]
         stop.set()
         await probe
 
+    profile = os.environ.get("BENCH_PROFILE")
+    profiler = None
+    if profile:
+        import cProfile
+
+        profiler = cProfile.Profile()
+        profiler.enable()
+    print(json.dumps({"started": time.time()}), flush=True)
     cpu0, wall0 = time.process_time(), time.time()
     asyncio.run(main())
     cpu, wall = time.process_time() - cpu0, time.time() - wall0
+    if profiler is not None:
+        profiler.disable()
+        profiler.dump_stats(f"{profile}/{mode}-{n}.prof")
     rss_peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return {
         "cpu_s": cpu,
         "wall_s": wall,
         "rss_peak_kb": rss_peak,
         "rss_per_trigger_kb": max(0, rss_peak - rss_before) / n,
-        "lag_p50_ms": 1000 * pct(lags, 0.50),
-        "lag_p99_ms": 1000 * pct(lags, 0.99),
+        "lags": [(round(t, 3), round(lag, 5)) for t, lag in lags],
         "detect_p50_s": pct(latencies, 0.50),
         "detect_p95_s": pct(latencies, 0.95),
+        "nominal_calls": sum(math.ceil(runtime_of(i, n, spread) / interval) + 1 for i in range(n)),
     }
 
 
-def run_case(emu: EmulatorProcess, mode: str, n: int, interval: float, spread: float) -> dict[str, Any]:
+def run_case(
+    emu: EmulatorProcess, mode: str, n: int, interval: float, spread: float, slow: tuple[float, float] | None = None
+) -> dict[str, Any]:
     before = emu.stats()
     env = dict(os.environ, AIRFLOW_CONN_SLURMAPI_DEFAULT=emu.conn, PYTHONPATH=str(ROOT))
-    out = subprocess.run(
+    child = subprocess.Popen(
         [PY, __file__, "--measure", mode, str(n), str(interval), str(spread)],
         env=env,
-        capture_output=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
         text=True,
-        check=True,
         cwd=ROOT,
     )
-    figures = json.loads(out.stdout.strip().splitlines()[-1])
+    assert child.stdout is not None
+    started = json.loads(child.stdout.readline())["started"]
+    window = None
+    if slow is not None:
+        window = (started + slow[0], started + slow[0] + slow[1] + interval)
+        emu.ask(f"slow-token {window[0]} {slow[1]}")
+    figures = json.loads(child.stdout.read().strip().splitlines()[-1])
+    if child.wait() != 0:
+        raise RuntimeError(f"the {mode} N={n} measurement failed")
     after = emu.stats()
     paths = after["paths"][before["calls"] :]
     polls = [p for p in paths if "submit" not in p]
     ticks = max(1.0, figures["wall_s"] / interval)
+    lags = figures.pop("lags")
+    all_lags = [lag for _, lag in lags]
     figures.update(
+        lag_p50_ms=1000 * pct(all_lags, 0.50),
+        lag_p99_ms=1000 * pct(all_lags, 0.99),
         calls_total=len(polls),
         calls_per_tick=len(polls) / ticks,
         token_fetches=after["tokens"] - before["tokens"],
         mode=mode,
         n=n,
     )
+    if window is not None:
+        during = [lag for t, lag in lags if window[0] <= t <= window[1]]
+        figures.update(
+            slow_window_s=window[1] - window[0],
+            slow_samples=len(during),
+            slow_lag_p50_ms=1000 * pct(during, 0.50),
+            slow_lag_p99_ms=1000 * pct(during, 0.99),
+            slow_lag_max_ms=1000 * max(during, default=float("nan")),
+        )
     return figures
 
 
@@ -209,45 +296,69 @@ def round_trip(emu: EmulatorProcess, repeats: int = 200) -> tuple[float, float]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--sizes", default="1,100,1000,2000")
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sizes", default="100,2000")
     parser.add_argument("--interval", type=float, default=5.0)
-    parser.add_argument("--spread", type=float, default=30.0, help="seconds over which job ends are spread")
-    parser.add_argument("--baseline-max", type=int, default=2000, help="largest N for the per-job baseline")
+    parser.add_argument("--spread", type=float, default=240.0, help="seconds over which job ends are spread")
+    parser.add_argument("--baseline-max", type=int, default=2000, help="largest N for the baseline")
+    parser.add_argument("--slow-token", type=float, default=5.0, help="token endpoint delay in the slow-token run")
+    parser.add_argument("--slow-token-at", type=float, default=60.0, help="seconds into the wait it starts")
+    parser.add_argument("--slow-token-n", type=int, default=2000, help="N of the slow-token run (0: none)")
+    parser.add_argument("--profile", metavar="DIR", help="write a cProfile of each measured process to DIR")
+    parser.add_argument("--standalone", type=int, metavar="N", help="N sensors in a real airflow standalone")
     args = parser.parse_args()
+    if args.standalone:
+        from standalone_triggerer import main as standalone_main
+
+        standalone_main(args.standalone, args.interval, args.spread)
+        return
+    if args.profile:
+        os.environ["BENCH_PROFILE"] = str(Path(args.profile).resolve())
     emu = EmulatorProcess()
     rows = []
     try:
-        for n in [int(s) for s in args.sizes.split(",")]:
-            for mode in ("coalesced", "per-job"):
-                if mode == "per-job" and n > args.baseline_max:
-                    continue
-                row = run_case(emu, mode, n, args.interval, args.spread)
-                rows.append(row)
-                print(f"  measured {mode:9} N={n}", file=sys.stderr, flush=True)
+        cases = [(mode, int(n)) for n in args.sizes.split(",") for mode in ("coalesced", "baseline")]
+        cases = [(mode, n) for mode, n in cases if mode != "baseline" or n <= args.baseline_max]
+        if args.slow_token_n:
+            cases.append(("slow-token", args.slow_token_n))
+        for mode, n in cases:
+            slow = (args.slow_token_at, args.slow_token) if mode == "slow-token" else None
+            rows.append(run_case(emu, mode, n, args.interval, args.spread, slow))
+            print(f"  measured {mode:10} N={n}", file=sys.stderr, flush=True)
         base_ms, import_ms = import_cost()
         bare_ms, hook_ms = round_trip(emu)
     finally:
         emu.close()
-    header = (
-        f"{'mode':9} {'N':>5} {'calls/tick':>10} {'calls':>7} {'CPU s':>7} {'RSS MB':>7} {'KB/trig':>7} "
-        f"{'lag p50':>8} {'lag p99':>8} {'det p50':>8} {'det p95':>8} {'tokens':>6}"
-    )
     print(f"\nWaiting at scale: poll interval {args.interval:.0f}s, job ends spread over {args.spread:.0f}s\n")
-    print(header)
+    print(
+        f"{'mode':10} {'N':>5} {'calls/tick':>10} {'calls':>7} {'nominal':>7} {'CPU s':>7} {'wall s':>6} "
+        f"{'RSS MB':>6} {'KB/trig':>7} {'lag p50':>8} {'lag p99':>9} {'det p50':>8} {'det p95':>8} {'tokens':>6}"
+    )
     for r in rows:
+        nominal = f"{r['nominal_calls']:>7}" if r["mode"] == "baseline" else f"{'':>7}"
         print(
-            f"{r['mode']:9} {r['n']:>5} {r['calls_per_tick']:>10.1f} {r['calls_total']:>7} {r['cpu_s']:>7.2f} "
-            f"{r['rss_peak_kb'] / 1024:>7.0f} {r['rss_per_trigger_kb']:>7.1f} {r['lag_p50_ms']:>6.1f}ms "
-            f"{r['lag_p99_ms']:>6.1f}ms {r['detect_p50_s']:>7.2f}s {r['detect_p95_s']:>7.2f}s {r['token_fetches']:>6}"
+            f"{r['mode']:10} {r['n']:>5} {r['calls_per_tick']:>10.1f} {r['calls_total']:>7} {nominal} "
+            f"{r['cpu_s']:>7.2f} {r['wall_s']:>6.0f} {r['rss_peak_kb'] / 1024:>6.0f} {r['rss_per_trigger_kb']:>7.1f} "
+            f"{r['lag_p50_ms']:>6.1f}ms {r['lag_p99_ms']:>7.1f}ms {r['detect_p50_s']:>7.2f}s "
+            f"{r['detect_p95_s']:>7.2f}s {r['token_fetches']:>6}"
         )
+    print()
     by = {(r["mode"], r["n"]): r for r in rows}
     for n in sorted({r["n"] for r in rows}):
-        c, b = by.get(("coalesced", n)), by.get(("per-job", n))
+        c, b = by.get(("coalesced", n)), by.get(("baseline", n))
         if c and b:
             print(
-                f"N={n}: {b['calls_total'] / max(1, c['calls_total']):.0f}x fewer calls, "
+                f"N={n}: {b['calls_total'] / max(1, c['calls_total']):.0f}x fewer calls than the baseline made "
+                f"({b['nominal_calls'] / max(1, c['calls_total']):.0f}x fewer than it is meant to make), "
                 f"{b['cpu_s'] / max(1e-6, c['cpu_s']):.1f}x less CPU"
+            )
+    for r in rows:
+        if "slow_lag_p99_ms" in r:
+            print(
+                f"slow token endpoint (N={r['n']}): all tokens expired at +{args.slow_token_at:.0f}s, the refresh "
+                f"answered after {args.slow_token:.0f}s; lag in the {r['slow_window_s']:.0f}s after: "
+                f"p50 {r['slow_lag_p50_ms']:.1f}ms, p99 {r['slow_lag_p99_ms']:.1f}ms, "
+                f"max {r['slow_lag_max_ms']:.1f}ms ({r['slow_samples']} samples)"
             )
     print(f"\nimport airflow.sdk: {base_ms:.0f} ms; provider on top: {import_ms:+.0f} ms (median)")
     print(

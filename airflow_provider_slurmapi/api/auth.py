@@ -156,11 +156,16 @@ class TokenSource:
                 return token
             return self._refresh()
 
-    def invalidate(self) -> None:
-        """Forget the current token (after the API said UNAUTHENTICATED)."""
-        with self._lock:
-            if self._credentials is not None:
-                self._credentials.token = None
+    def invalidate(self, token: str | None = None) -> None:
+        """Forget the current token (after the API said UNAUTHENTICATED).
+
+        Never waits for a refresh in flight, so it is safe on an event loop. With ``token`` (the one the
+        API refused) only that token is forgotten: a caller whose old token was refused does not throw
+        away the one another caller has just fetched.
+        """
+        creds = self._credentials
+        if creds is not None and (token is None or creds.token == token):
+            creds.token = None
 
     async def atoken(self) -> str:
         """A valid token without blocking the event loop: the refresh runs in a worker thread."""

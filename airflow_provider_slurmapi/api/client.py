@@ -97,10 +97,10 @@ class BaseSlurmJobApiClient:
         """Seconds to wait before trying ``call`` again, or None to give up and raise ``error``."""
         attempt = tries.count
         # A token can be revoked or expire early between two tries of one call (the first may have met
-        # a 503): a 401 gets one fresh token per call, whichever try it answers.
+        # a 503): a 401 gets one fresh token per call, whichever try it answers (the refused token was
+        # forgotten in _reply, without waiting on a refresh in flight).
         if isinstance(error, GoogleApiError) and error.code == 401 and not tries.refreshed and self.tokens:
             tries.refreshed = True
-            self.tokens.invalidate()
             return 0.0
         if not error.retryable or attempt >= self.retry.attempts:
             return None
@@ -116,6 +116,15 @@ class BaseSlurmJobApiClient:
             delay,
         )
         return delay
+
+    def _reply(self, call: Call, token: str | None, status: int, content: bytes) -> SlurmReply:
+        """The reply read; a token the API refused (401) is forgotten so the retry fetches a new one."""
+        try:
+            return self.cluster.parse(status, content, what=call.describe())
+        except GoogleApiError as err:
+            if err.code == 401 and token and self.tokens:
+                self.tokens.invalidate(token)
+            raise
 
     def _version_key(self) -> str:
         return f"{self.cluster.name}|{self.auth.cache_key()}"
@@ -197,7 +206,8 @@ class SlurmJobApiClient(BaseSlurmJobApiClient):
     def _send_once(self, call: Call) -> SlurmReply:
         import requests
 
-        request = self._request(call, self.tokens.token() if self.tokens else None)
+        token = self.tokens.token() if self.tokens else None
+        request = self._request(call, token)
         try:
             response = self._session.request(
                 request.method, request.url, data=request.content, headers=request.headers, timeout=self.timeout
@@ -214,7 +224,7 @@ class SlurmJobApiClient(BaseSlurmJobApiClient):
                 f"{call.describe()}: no reply within {self.timeout:.0f}s ({type(err).__name__})",
                 ambiguous=True,
             ) from None
-        return self.cluster.parse(response.status_code, response.content, what=call.describe())
+        return self._reply(call, token, response.status_code, response.content)
 
     @property
     def api_version(self) -> str:
@@ -311,7 +321,8 @@ class AsyncSlurmJobApiClient(BaseSlurmJobApiClient):
 
         if self._http is None:
             self._http = httpx.AsyncClient(timeout=self.timeout)
-        request = self._request(call, await self.tokens.atoken() if self.tokens else None)
+        token = await self.tokens.atoken() if self.tokens else None
+        request = self._request(call, token)
         try:
             response = await self._http.request(
                 request.method, request.url, content=request.content, headers=request.headers
@@ -329,7 +340,7 @@ class AsyncSlurmJobApiClient(BaseSlurmJobApiClient):
             raise SlurmTransportError(
                 f"{call.describe()}: connection failed ({type(err).__name__})", ambiguous=True
             ) from None
-        return self.cluster.parse(response.status_code, response.content, what=call.describe())
+        return self._reply(call, token, response.status_code, response.content)
 
     async def api_version(self) -> str:
         """The Slurm REST version in use; ``auto`` is resolved once per connection and cached."""

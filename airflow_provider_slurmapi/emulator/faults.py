@@ -12,7 +12,9 @@ GOOGLE_ERRORS: dict[str, tuple[int, str, str]] = {
     "resource_exhausted": (429, "RESOURCE_EXHAUSTED", "Quota exceeded for quota metric 'Requests'."),
     "internal": (500, "INTERNAL", "Internal error encountered."),
 }
-KINDS = frozenset({*GOOGLE_ERRORS, "slurmdbd_down", "reset", "slow", "malformed", "token_error", "lost_reply"})
+# Faults of the OAuth token endpoint; every other kind hits callSlurmRestApi calls.
+TOKEN_KINDS = frozenset({"token_error", "token_slow"})
+KINDS = frozenset({*GOOGLE_ERRORS, "slurmdbd_down", "reset", "slow", "malformed", "lost_reply", *TOKEN_KINDS})
 _METHODS = {"GET": "HTTP_METHOD_GET", "POST": "HTTP_METHOD_POST", "DELETE": "HTTP_METHOD_DELETE"}
 
 
@@ -28,7 +30,7 @@ class Fault:
     probability: float
 
     def matches(self, kind_group: str, path: str, method: str) -> bool:
-        if (kind_group == "token") != (self.kind == "token_error"):
+        if (kind_group == "token") != (self.kind in TOKEN_KINDS):
             return False
         if self.kind == "slurmdbd_down" and not path.startswith("/slurmdb/"):
             return False

@@ -238,7 +238,10 @@ class Handler(BaseHTTPRequestHandler):
 
     def _token(self) -> None:
         body = self._read_body()
-        if self.frontend.faults.take("token"):
+        fault = self.frontend.faults.take("token")
+        if fault is not None and fault.kind == "token_slow":
+            time.sleep(fault.delay)  # then answers as usual
+        elif fault is not None:
             self._send_json(500, {"error": "internal_failure", "error_description": "Backend error"})
             return
         form = {key: values[0] for key, values in parse_qs(body.decode("utf-8", "replace")).items()}

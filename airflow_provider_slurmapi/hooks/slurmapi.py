@@ -13,6 +13,7 @@ from airflow_provider_slurmapi.api.client import AsyncSlurmJobApiClient, SlurmJo
 from airflow_provider_slurmapi.api.connection import (
     CONNECTION_FIELDS,
     SECRET_FIELDS,
+    SETTINGS_CACHE,
     ConnectionSettings,
     settings_from_extra,
     ui_field_behaviour,
@@ -59,9 +60,8 @@ class SlurmJobApiHook(BaseHook):
         """The connection's checked settings (read once)."""
         if self._settings is None:
             conn = self.get_connection(self.slurmapi_conn_id)
-            self._settings = settings_from_extra(
-                conn.extra_dejson, self.slurmapi_conn_id, login=conn.login, password=conn.password
-            )
+            key = self._cache_key(conn)
+            self._settings = SETTINGS_CACHE.get(key) or SETTINGS_CACHE.put(key, self._parse(conn, conn.extra_dejson))
         return self._settings
 
     def get_conn(self) -> SlurmJobApiClient:
@@ -72,7 +72,11 @@ class SlurmJobApiHook(BaseHook):
         return self._client
 
     async def aget_settings(self) -> ConnectionSettings:
-        """The connection's settings, read without blocking the event loop."""
+        """The connection's settings, read without blocking the event loop.
+
+        The connection is looked up every time (a changed connection is seen at once); its extra is
+        parsed and checked once per distinct content per process (``api.connection.SETTINGS_CACHE``).
+        """
         if self._settings is None:
             from airflow.providers.common.compat.connection import (
                 get_async_connection,
@@ -80,9 +84,20 @@ class SlurmJobApiHook(BaseHook):
             )
 
             conn = await get_async_connection(self.slurmapi_conn_id, self)
-            extra = await get_async_extra_dejson(conn)
-            self._settings = settings_from_extra(extra, self.slurmapi_conn_id, login=conn.login, password=conn.password)
+            key = self._cache_key(conn)
+            settings = SETTINGS_CACHE.get(key)
+            if settings is None:
+                # The lookup has already masked the password and the extra's text; parsing the extra
+                # (a miss) also masks its sensitive values, which stay masked for the whole process.
+                settings = SETTINGS_CACHE.put(key, self._parse(conn, await get_async_extra_dejson(conn)))
+            self._settings = settings
         return self._settings
+
+    def _cache_key(self, conn: Any) -> str:
+        return SETTINGS_CACHE.key(self.slurmapi_conn_id, conn.extra, conn.login, conn.password)
+
+    def _parse(self, conn: Any, extra: Mapping[str, Any]) -> ConnectionSettings:
+        return settings_from_extra(extra, self.slurmapi_conn_id, login=conn.login, password=conn.password)
 
     async def get_async_conn(self) -> AsyncSlurmJobApiClient:
         """A non-blocking client (the caller closes it with ``aclose``)."""

@@ -87,6 +87,8 @@ class SharedJobPoller:
         self.subscribers: dict[str, set[asyncio.Queue[Observation]]] = {}
         # Subscribed ids known to be job arrays: read in full each tick.
         self.arrays: set[str] = set()
+        # What each subscriber was last woken with: an unchanged observation does not wake it again.
+        self._delivered: dict[asyncio.Queue[Observation], Observation] = {}
         self.batched = True
         self._task: asyncio.Task[None] | None = None
 
@@ -113,6 +115,7 @@ class SharedJobPoller:
     async def unsubscribe(self, job_id: object, queue: asyncio.Queue[Observation]) -> None:
         """Leave; the last subscriber to leave stops the poller and closes its client."""
         queues = self.subscribers.get(str(job_id))
+        self._delivered.pop(queue, None)
         if queues is not None:
             queues.discard(queue)
             if not queues:
@@ -136,7 +139,12 @@ class SharedJobPoller:
             await asyncio.sleep(self.interval)
 
     async def tick(self) -> dict[str, Observation]:
-        """One poll of every subscribed job; each subscriber gets its job's observation."""
+        """One poll of every subscribed job; a subscriber is woken when its job's observation changed.
+
+        An error always wakes (it counts against the trigger's error budget), and so does the first
+        observation after one (it resets the count); a job still in the same state does not, so a tick
+        costs thousands of waiting triggers nothing.
+        """
         ids = list(self.subscribers)
         try:
             seen = await self._observe(ids)
@@ -144,6 +152,9 @@ class SharedJobPoller:
             seen = {job_id: Observation(error=err) for job_id in ids}
         for job_id, observation in seen.items():
             for queue in self.subscribers.get(job_id, ()):
+                if observation.error is None and self._delivered.get(queue) == observation:
+                    continue
+                self._delivered[queue] = observation
                 queue.put_nowait(observation)
         return seen
 

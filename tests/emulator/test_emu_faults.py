@@ -123,6 +123,16 @@ def test_token_error(emu: SlurmJobApiEmulator) -> None:
     assert requests.post(emu.token_uri, data=creds_form, timeout=10).status_code == 400
 
 
+def test_token_slow(emu: SlurmJobApiEmulator) -> None:
+    emu.inject_fault("token_slow", delay=0.5)
+    creds_form = {"grant_type": "urn:ietf:params:oauth:grant-type:jwt-bearer", "assertion": "x"}
+    started = time.monotonic()
+    assert requests.post(emu.token_uri, data=creds_form, timeout=10).status_code == 400  # answered, late
+    assert time.monotonic() - started >= 0.5
+    assert emu.faults.fired == ["token_slow"]
+    assert post(emu, PING, bearer(emu)).status_code == 200  # calls are not slowed
+
+
 def test_unknown_fault_kind_is_an_error(emu: SlurmJobApiEmulator) -> None:
     with pytest.raises(ValueError, match="unknown fault kind"):
         emu.inject_fault("gremlins")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 
 import pytest
 
@@ -198,6 +199,20 @@ def test_bad_connections_name_the_field(extra, field):
     assert field in str(info.value) and "my_conn" in str(info.value)
 
 
+def test_settings_are_parsed_once_per_connection_content(slurmapi_emulator, monkeypatch):
+    from airflow_provider_slurmapi.api.connection import SETTINGS_CACHE
+
+    first = use_connection(monkeypatch, slurmapi_emulator, conn_id="slurmapi_cached", timeout=11)
+    again = SlurmJobApiHook(slurmapi_conn_id="slurmapi_cached")
+    assert asyncio.run(again.aget_settings()) is first.settings  # same content: parsed once
+    changed = use_connection(monkeypatch, slurmapi_emulator, conn_id="slurmapi_cached", timeout=12)
+    assert asyncio.run(changed.aget_settings()).timeout == 12
+    assert changed.settings.timeout == 12
+    secret = use_connection(monkeypatch, slurmapi_emulator, conn_id="slurmapi_cached", slurm_jwt="s3cret-jwt")
+    assert secret.settings is not None
+    assert not any("s3cret-jwt" in key for key in SETTINGS_CACHE._entries)  # keys are digests
+
+
 def test_one_token_refresh_at_a_time(hook, slurmapi_emulator):
     import threading
 
@@ -217,6 +232,28 @@ def test_one_token_refresh_at_a_time(hook, slurmapi_emulator):
 
     asyncio.run(many())
     assert slurmapi_emulator.token_requests - before == 2  # one per invalidation, however many callers
+
+
+def test_a_refused_token_is_forgotten_without_waiting_for_a_refresh_in_flight(hook, slurmapi_emulator):
+    import threading
+
+    tokens = hook.get_conn().tokens
+    assert tokens is not None
+    old = tokens.token()
+    slurmapi_emulator.inject_fault("token_slow", delay=3.0)
+    tokens.invalidate()
+    refresh = threading.Thread(target=tokens.token)
+    refresh.start()
+    while slurmapi_emulator.faults.fired != ["token_slow"]:  # the refresh is at the token endpoint
+        time.sleep(0.01)
+    tokens.invalidate(old)  # e.g. a 401 on the event loop: must not wait for that refresh
+    assert refresh.is_alive()
+    refresh.join()
+    fresh = tokens.token()
+    assert fresh != old
+    before = slurmapi_emulator.token_requests
+    tokens.invalidate(old)  # a late 401 for the old token keeps the new one
+    assert tokens.token() == fresh and slurmapi_emulator.token_requests == before
 
 
 def test_quota_project_header(slurmapi_emulator, monkeypatch):

@@ -114,3 +114,42 @@ def test_on_kill_cancels_only_when_asked(hook, slurmapi_emulator):
     asyncio.run(SlurmJobTrigger(owned, cancel_on_kill=True).on_kill())
     slurmapi_emulator.wait_for_state(owned, ["CANCELLED"], timeout=30)
     assert hook.get_job(watched).state.base == "RUNNING"
+
+
+def test_a_changed_connection_is_picked_up_by_the_next_trigger(hook, slurmapi_emulator, monkeypatch):
+    """Settings are parsed once per connection content, so editing the connection takes effect at once."""
+    job = submit(hook, "#!/bin/bash\necho ok\n")
+
+    def run_one() -> dict:
+        return asyncio.run(first_event(SlurmJobTrigger(job, poll_interval=0.2)))
+
+    assert run_one()["status"] == "success"
+    monkeypatch.setenv("AIRFLOW_CONN_SLURMAPI_DEFAULT", slurmapi_emulator.connection_json(timeout="soon"))
+    broken = run_one()
+    assert broken["status"] == "error" and "timeout" in broken["message"], broken
+    monkeypatch.setenv("AIRFLOW_CONN_SLURMAPI_DEFAULT", slurmapi_emulator.connection_json(timeout=30))
+    assert run_one()["status"] == "success"
+
+
+def test_the_poller_wakes_a_trigger_only_when_its_job_changed(hook, slurmapi_emulator):
+    job = submit(hook, "#!/bin/bash\nsleep 60\n")
+    slurmapi_emulator.wait_for_state(job, ["RUNNING"], timeout=30)
+
+    async def watch() -> list[str]:
+        client = await hook.get_async_conn()
+        poller = SharedJobPoller.get("test-wakeups", 3600.0, lambda: client)
+        queue = poller.subscribe(job)
+        for _ in range(3):
+            await poller.tick()  # RUNNING, RUNNING, RUNNING: one wake-up
+        await asyncio.to_thread(hook.cancel_job, job)
+        await asyncio.to_thread(slurmapi_emulator.wait_for_state, job, ["CANCELLED"], 30)
+        await poller.tick()  # CANCELLED: a second one
+        woken = []
+        while not queue.empty():
+            seen = queue.get_nowait()
+            woken.append(seen.state.base if seen.state else f"error {seen.error}")
+        await poller.unsubscribe(job, queue)
+        return woken
+
+    assert asyncio.run(watch()) == ["RUNNING", "CANCELLED"]
+    assert SharedJobPoller.active() == []

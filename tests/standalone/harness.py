@@ -214,8 +214,11 @@ def read_connection(log: Path) -> dict[str, Any] | None:
 
 
 @contextlib.contextmanager
-def run_emulator() -> Iterator[EmulatorProcess]:
-    """``python -m airflow_provider_slurmapi.emulator`` on a free port, in its own process group."""
+def run_emulator(*extra_args: str) -> Iterator[EmulatorProcess]:
+    """``python -m airflow_provider_slurmapi.emulator`` on a free port, in its own process group.
+
+    ``extra_args``: more command-line options (e.g. ``--simulate``), for the benchmarks.
+    """
     try:
         found = importlib.util.find_spec("airflow_provider_slurmapi.emulator.__main__") is not None
     except ImportError:
@@ -236,6 +239,7 @@ def run_emulator() -> Iterator[EmulatorProcess]:
                 str(port),
                 "--state-dir",
                 str(state_dir),
+                *extra_args,
             ],
             stdout=out,
             stderr=subprocess.STDOUT,
@@ -501,7 +505,7 @@ def write_users(home: Path, env: dict[str, str], major: int) -> None:
 _BUNDLE = "airflow.dag_processing.bundles.local.LocalDagBundle"
 
 
-def dags_folder(home: Path, major: int) -> Path:
+def suite_dags_folder(home: Path, major: int) -> Path:
     """``example_dags`` on Airflow 3 (the suite's DAGs are a second bundle); on 2.x, which has a single
     DAG folder, a folder in ``home`` linking to both (Airflow 2 follows links in its DAG folder)."""
     if major >= 3:
@@ -519,8 +523,14 @@ def healthy(url: str, components: tuple[str, ...]) -> bool:
 
 
 @contextlib.contextmanager
-def run_standalone(emulator: EmulatorProcess) -> Iterator[Standalone]:
-    """A real ``airflow standalone`` on ``emulator``, ready (health endpoints green) when this yields."""
+def run_standalone(
+    emulator: EmulatorProcess, *, dags_folder: Path | None = None, extra_env: dict[str, str] | None = None
+) -> Iterator[Standalone]:
+    """A real ``airflow standalone`` on ``emulator``, ready (health endpoints green) when this yields.
+
+    ``dags_folder`` (default ``example_dags``) and ``extra_env`` (Airflow settings on top) are for the
+    benchmarks.
+    """
     major = airflow_major()
     home = Path(tempfile.mkdtemp(prefix="slurmapi-standalone-"))
     LOGS.mkdir(parents=True, exist_ok=True)
@@ -530,7 +540,7 @@ def run_standalone(emulator: EmulatorProcess) -> Iterator[Standalone]:
         {
             "PATH": f"{BIN}{os.pathsep}{env.get('PATH', '')}",
             "AIRFLOW_HOME": str(home),
-            "AIRFLOW__CORE__DAGS_FOLDER": str(dags_folder(home, major)),
+            "AIRFLOW__CORE__DAGS_FOLDER": str(dags_folder or suite_dags_folder(home, major)),
             "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
             "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
             "AIRFLOW__CORE__UNIT_TEST_MODE": "False",
@@ -579,6 +589,7 @@ def run_standalone(emulator: EmulatorProcess) -> Iterator[Standalone]:
                 "AIRFLOW__SCHEDULER__MIN_FILE_PROCESS_INTERVAL": "5",
             }
         )
+    env.update(extra_env or {})
     write_users(home, env, major)
     log = LOGS / "standalone.log"
     with log.open("wb") as out:

@@ -1,0 +1,203 @@
+"""Benchmark: N deferrable SlurmJobSensors waiting in the triggerer of a real ``airflow standalone``.
+
+Run: ``.venv/bin/python benchmarks/standalone_triggerer.py [--sensors 500] [--interval 5] [--spread 120]``
+(or ``benchmarks/waiting_at_scale.py --standalone 500``). Airflow 3.3+ (the sensors start straight in the
+triggerer, ``start_from_trigger``, so no worker slot is needed to defer them).
+
+With ``tests/standalone/harness.py``: the emulator (simulated runs, its own process, logging each call)
+and ``airflow standalone`` on a DAG of N ``SlurmJobSensor`` tasks (job ids 1..N, the ids a fresh emulator
+hands out). Once every sensor's trigger is polling, the N jobs are submitted, their ends staggered over
+``--spread`` seconds. Everything is measured from outside the Airflow processes:
+
+- triggerer CPU seconds: user + system of the ``airflow triggerer`` process and its children (psutil),
+  from the submission of the jobs until the last sensor left the deferred state;
+- RSS: the same processes' resident memory, peak while waiting, and (peak - before the DAG run) / N;
+- API calls: the emulator's log of every call in that window, per poll interval (tick) and in total;
+- detection latency: planned job end -> the task instance leaving ``deferred`` (its metadata database,
+  read every 0.25 s), so it includes the triggerer's own hand-over of the event to the database;
+- event-loop lag cannot be read from outside; the triggerer's own "async thread was blocked" warnings
+  are counted instead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sqlite3
+import sys
+import tempfile
+import time
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+DAG_ID = "bench_waiting_at_scale"
+_CALL = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) (GET|POST|DELETE) (\S+) -> (\d+)")
+
+DAG_FILE = """
+from datetime import datetime
+
+from airflow.sdk import DAG
+
+from airflow_provider_slurmapi.sensors.slurmapi import SlurmJobSensor
+
+with DAG({dag_id!r}, schedule=None, start_date=datetime(2024, 1, 1), catchup=False, max_active_tasks={n}):
+    for job_id in range(1, {n} + 1):
+        SlurmJobSensor(
+            task_id=f"wait_{{job_id}}", job_id=job_id, deferrable=True, poke_interval={interval}, timeout=3600
+        )
+"""
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
+
+
+def triggerer_processes(sid: int) -> list[Any]:
+    """Our standalone's ``airflow triggerer`` process and its children (the trigger runner), not its log
+    server; only processes of session ``sid`` (other Airflows may be running on the machine)."""
+    import psutil
+
+    from tests.standalone.harness import session_members
+
+    found: dict[int, Any] = {}
+    for pid in session_members(sid):
+        try:
+            proc = psutil.Process(pid)
+            if "airflow triggerer" in " ".join(proc.cmdline()):
+                for p in [proc, *proc.children(recursive=True)]:
+                    if "serve-logs" not in " ".join(p.cmdline()):
+                        found[p.pid] = p
+        except psutil.NoSuchProcess:
+            continue
+    return list(found.values())
+
+
+def usage(procs: list[Any]) -> tuple[float, int]:
+    """CPU seconds (user + system) and RSS bytes, summed over ``procs``."""
+    import psutil
+
+    cpu, rss = 0.0, 0
+    for proc in procs:
+        try:
+            times = proc.cpu_times()
+            cpu += times.user + times.system
+            rss += proc.memory_info().rss
+        except psutil.NoSuchProcess:
+            pass
+    return cpu, rss
+
+
+def ti_states(db: Path, run_id: str) -> dict[str, str]:
+    with sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=10) as conn:
+        rows = conn.execute(
+            "SELECT task_id, state FROM task_instance WHERE dag_id = ? AND run_id = ?", (DAG_ID, run_id)
+        ).fetchall()
+    return {task: str(state) for task, state in rows}
+
+
+def calls_between(log: Path, start: float, end: float) -> list[tuple[float, str]]:
+    calls = []
+    for line in log.read_text(errors="replace").splitlines():
+        match = _CALL.match(line)
+        if match:
+            at = datetime.strptime(match.group(1), "%Y-%m-%d %H:%M:%S,%f").timestamp()
+            if start <= at <= end and "/job/submit" not in match.group(3):
+                calls.append((at, match.group(3)))
+    return calls
+
+
+def main(n: int = 500, interval: float = 5.0, spread: float = 120.0) -> None:
+    from airflow_provider_slurmapi.api.jobs import JobSpec
+    from tests.standalone.harness import airflow_major, run_emulator, run_standalone, wait_for
+
+    if airflow_major() < 3:
+        sys.exit("the standalone benchmark needs Airflow 3.3+ (sensors started in the triggerer)")
+    dags = Path(tempfile.mkdtemp(prefix="slurmapi-bench-dags-"))
+    (dags / "bench_waiting_at_scale.py").write_text(DAG_FILE.format(dag_id=DAG_ID, n=n, interval=interval))
+    emulator_args = ("--simulate", "--min-job-age", "3600", "--partition", "debug=100000")
+    with run_emulator(*emulator_args) as emulator, run_standalone(emulator, dags_folder=dags) as airflow:
+        db = airflow.home / "airflow.db"
+        sid = airflow.proc.pid  # the harness starts it in a session of its own
+        procs = wait_for("the triggerer process", lambda: triggerer_processes(sid), timeout=60)
+        _, rss_idle = usage(procs)
+        print(f"airflow standalone up; triggerer RSS {rss_idle / 2**20:.0f} MB with no trigger", file=sys.stderr)
+        run_id = airflow.trigger(DAG_ID, timeout=300)
+
+        def all_polling() -> bool:
+            states = ti_states(db, run_id)
+            if len(states) < n or any(s != "deferred" for s in states.values()):
+                return False
+            # Every trigger has joined the poller: one tick asked for all n ids.
+            text = emulator.log.read_text(errors="replace")
+            return any(line.count("job_id=") >= min(n, 500) for line in text.splitlines()[-50:])
+
+        wait_for(f"{n} sensors deferred and polling", all_polling, timeout=600, interval=1, log=airflow.log)
+        time.sleep(2 * interval)  # settle: the first ticks after the triggers started are done
+        procs = triggerer_processes(sid)
+        cpu0, rss_waiting = usage(procs)
+        rss_peak = rss_waiting
+        planned_end: dict[str, float] = {}
+        start = time.time()
+        with emulator.client() as client:
+            for i in range(n):
+                runtime = 1.0 + spread * (i + 1) / n
+                script = f"#!/bin/bash\n#EMULATOR runtime={runtime:.3f} exit=0\ntrue\n"
+                before = time.time()
+                job_id = client.submit_job(JobSpec.build(script, {"current_working_directory": "/bench"})).job_id
+                assert job_id == i + 1, f"the emulator gave job id {job_id}, the DAG waits on {i + 1}"
+                planned_end[f"wait_{job_id}"] = before + runtime
+        detected: dict[str, float] = {}
+        deadline = time.time() + spread + 300
+        while len(detected) < n and time.time() < deadline:
+            now = time.time()
+            for task, state in ti_states(db, run_id).items():
+                if state != "deferred" and task not in detected:
+                    detected[task] = now
+            _, rss = usage(procs)
+            rss_peak = max(rss_peak, rss)
+            time.sleep(0.25)
+        end = time.time()
+        cpu1, _ = usage(procs)
+        calls = calls_between(emulator.log, start, end)
+        blocked = airflow.log.read_text(errors="replace").count("async thread was blocked")
+    latencies = [detected[t] - planned_end[t] for t in detected]
+    ticks = max(1.0, (end - start) / interval)
+    figures = {
+        "sensors": n,
+        "detected": len(detected),
+        "window_s": end - start,
+        "calls_total": len(calls),
+        "calls_per_tick": len(calls) / ticks,
+        "max_ids_per_call": max((path.count("job_id=") + path.count("step=") for _, path in calls), default=0),
+        "triggerer_cpu_s": cpu1 - cpu0,
+        "triggerer_rss_idle_mb": rss_idle / 2**20,
+        "triggerer_rss_peak_mb": rss_peak / 2**20,
+        "rss_per_trigger_kb": (rss_peak - rss_idle) / 1024 / n,
+        "detect_p50_s": pct(latencies, 0.5),
+        "detect_p95_s": pct(latencies, 0.95),
+        "blocked_loop_warnings": blocked,
+    }
+    print(json.dumps(figures))
+    print(
+        f"\nairflow standalone, {n} deferred SlurmJobSensors (poke_interval {interval:.0f}s), job ends over "
+        f"{spread:.0f}s; measured from outside over {figures['window_s']:.0f}s:\n"
+        f"  detected {len(detected)}/{n}; API calls {len(calls)} ({figures['calls_per_tick']:.1f} per tick)\n"
+        f"  triggerer CPU {figures['triggerer_cpu_s']:.2f}s; RSS {figures['triggerer_rss_idle_mb']:.0f} MB idle, "
+        f"{figures['triggerer_rss_peak_mb']:.0f} MB peak, {figures['rss_per_trigger_kb']:.1f} KB per waiting trigger\n"
+        f"  detection latency p50 {figures['detect_p50_s']:.2f}s, p95 {figures['detect_p95_s']:.2f}s; "
+        f"'async thread was blocked' warnings: {blocked}"
+    )
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sensors", type=int, default=500)
+    parser.add_argument("--interval", type=float, default=5.0)
+    parser.add_argument("--spread", type=float, default=120.0)
+    args = parser.parse_args()
+    main(args.sensors, args.interval, args.spread)
