@@ -131,7 +131,10 @@ class SlurmJobApiHook(BaseHook):
         return outcome
 
     def get_job(self, job_id: int | str, *, recently_submitted: bool = False) -> SlurmJob:
-        """The job from the active queue, or from accounting once it has left it."""
+        """The job from the active queue, or from accounting once it has left it.
+
+        An array's id gives the whole array, a ``SlurmArrayJob`` with its ``tasks``; ``"41_1"`` one task.
+        """
         return self.get_conn().get_job(job_id, recently_submitted=recently_submitted)
 
     def get_jobs(self, job_id: int | str) -> list[SlurmJob]:
@@ -165,6 +168,8 @@ class SlurmJobApiHook(BaseHook):
         error_budget: int = DEFAULT_ERROR_BUDGET,
     ) -> SlurmJob:
         """Poll until the job is terminal and return it (whatever its final state).
+
+        For an array's id: until every task is terminal, returning the ``SlurmArrayJob``.
 
         Transient errors are logged and tolerated up to a budget of consecutive failures.
 
