@@ -53,16 +53,18 @@ TOKEN_EXPIRY = "tokens_expired"
 EVENT_KINDS = (*JOB_EVENTS, TOKEN_EXPIRY)
 CLIENT_TIMEOUT = 1.0
 SLOW_REPLY = 1.5  # past the client's timeout, shorter than the DAG's retry_delay
+TOKEN_FAULT_RATE = 0.5
 
 
 def arm_faults(emu: SlurmJobApiEmulator, rate: float) -> None:
-    """Seeded faults (the emulator's seed) on ``rate`` of every call; submits and slurmdb reads get more."""
+    """Seeded faults (the emulator's seed) on ``rate`` of every call; submits, slurmdb reads and tokens get more."""
     emu.inject_fault("lost_reply", count=None, probability=rate, path_contains="/job/submit", method="POST")
     emu.inject_fault("slurmdbd_down", count=None, probability=rate)
     each = 1 - (1 - rate) ** (1 / len(GENERIC_FAULTS))
     for kind in GENERIC_FAULTS:
         emu.inject_fault(kind, count=None, probability=each, delay=SLOW_REPLY)
-    emu.inject_fault("token_error", count=None, probability=rate)
+    # The token endpoint is asked rarely (once per process, then after each revocation): half its requests.
+    emu.inject_fault("token_error", count=None, probability=max(rate, TOKEN_FAULT_RATE))
 
 
 class ClusterChaos:
@@ -203,7 +205,7 @@ def run_chaos(
     rate: float,
     seed: int,
     runtime: float = 0.5,
-    job_event_rate: float = 0.25,
+    job_event_rate: float = 0.4,
     expiry_rate: float = 0.1,
 ) -> ChaosRun:
     """Run the DAG ``dag_id`` with ``tasks`` tasks through ``dag.test()`` under seeded faults."""
