@@ -28,13 +28,10 @@ DOCS_SCREENSHOT = ROOT / "docs" / "slurm-job-page.png"
 
 def run_jobs(standalone: Standalone, run: dict[str, Any]) -> dict[str, SlurmJob]:
     """The Slurm jobs of the run, by task id (found by their task-instance tag, as the operator tags them)."""
-    with standalone.emulator.client() as client:
-        jobs = {j.job_id: j for j in client.list_accounted_jobs()}
-        jobs.update({j.job_id: j for j in client.list_jobs() if j.job_id not in jobs or not j.state.is_terminal})
     found: dict[str, SlurmJob] = {}
     for task_id in SUBMITTING_TASKS:
         tag = task_instance_tag(run["dag_id"], task_id, run["run_id"])
-        mine = [j for j in jobs.values() if j.comment == tag or j.comment.startswith(tag + " ")]
+        mine = standalone.emulator.jobs_tagged(tag)
         assert len(mine) == 1, f"{task_id}: expected one job tagged {tag!r}, found {[j.job_id for j in mine]}"
         found[task_id] = mine[0]
     return found
