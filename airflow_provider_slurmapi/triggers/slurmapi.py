@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncGenerator, AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Coroutine, Sequence
 from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
@@ -104,16 +104,37 @@ class SlurmJobTrigger(BaseTrigger):
         except asyncio.CancelledError:
             # Before Airflow 3.3 there is no on_kill for triggers: cancel only when the task instance
             # is no longer deferred, i.e. a user acted on it; a triggerer restart leaves it deferred.
-            if self.cancel_on_kill and not AIRFLOW_V_3_3_PLUS and await self._stopped_by_user():
-                await self._cancel_job("the deferred task was stopped by a user")
+            if self.cancel_on_kill and not AIRFLOW_V_3_3_PLUS:
+                await _outlasting_cancels(self._cancel_if_stopped_by_user(unknown_cancels=False))
             raise
         finally:
             await waiting.aclose()  # leave the shared poller now, not when garbage collected
 
     async def on_kill(self) -> None:
-        """Airflow 3.3+: a user marked the deferred task failed/success or cleared it."""
+        """Airflow 3.3+: the triggerer dropped this trigger for what it takes as a user's action on the task.
+
+        Airflow 3.3 also drops, the same way, a trigger that moved to another triggerer while this one
+        seemed dead (a stalled loop, a lost database connection): the job is cancelled only when the task
+        instance has really left the deferred state (marked failed/success, or cleared).
+        """
         if self.cancel_on_kill:
-            await self._cancel_job("the deferred task was stopped by a user")
+            await _outlasting_cancels(self._cancel_if_stopped_by_user(unknown_cancels=True))
+
+    async def _cancel_if_stopped_by_user(self, *, unknown_cancels: bool) -> None:
+        """Cancel the job unless the task instance is still deferred (the trigger moved or the triggerer
+        stopped). ``unknown_cancels``: what to do when the task's state cannot be read."""
+        state = await self._task_state()
+        if state == "deferred":
+            self.log.info(
+                "Slurm job %s is left running: its task is still deferred (this trigger moved to another "
+                "triggerer, or this triggerer is stopping)",
+                self.job_id,
+            )
+            return
+        if state is None and not unknown_cancels:
+            self.log.warning("Slurm job %s is left running: the task's state could not be read", self.job_id)
+            return
+        await self._cancel_job(f"the deferred task was stopped by a user (task state: {state or 'unknown'})")
 
     async def _cancel_job(self, why: str) -> None:
         from airflow_provider_slurmapi.hooks.slurmapi import SlurmJobApiHook
@@ -126,19 +147,19 @@ class SlurmJobTrigger(BaseTrigger):
         except Exception as err:
             self.log.error("Could not cancel Slurm job %s: %s", self.job_id, err)
 
-    async def _stopped_by_user(self) -> bool:
-        """True when the task instance has left the deferred state (so this is no triggerer restart)."""
+    async def _task_state(self) -> str | None:
+        """The task instance's state now (``deferred`` while a triggerer should run this trigger); None
+        when it cannot be read."""
         from asgiref.sync import sync_to_async
 
         ti = getattr(self, "task_instance", None)
         if ti is None:
-            return False
+            return None
         try:
-            state = await sync_to_async(task_instance_state)(ti.dag_id, ti.task_id, ti.run_id, ti.map_index)
+            return await sync_to_async(task_instance_state)(ti.dag_id, ti.task_id, ti.run_id, ti.map_index)
         except Exception as err:
-            self.log.warning("Could not read the task's state (%s); the Slurm job is left running", err)
-            return False
-        return state != "deferred"
+            self.log.warning("Could not read the state of the task of Slurm job %s: %s", self.job_id, err)
+            return None
 
     def _done(self, job: SlurmJob) -> TriggerEvent | None:
         if job.state.is_terminal:
@@ -232,6 +253,23 @@ class SlurmJobTrigger(BaseTrigger):
                         return
         finally:
             await poller.unsubscribe(self.job_id, queue)
+
+
+# Cancels (of Slurm jobs) still going on after the trigger that started them was interrupted.
+_BACKGROUND: set[asyncio.Task[None]] = set()
+
+
+async def _outlasting_cancels(work: Coroutine[Any, Any, None]) -> None:
+    """Run ``work`` to its end even if the awaiting trigger is cancelled again meanwhile.
+
+    A triggerer cancels a trigger it drops again on every loop until the trigger has finished (every
+    second or so), so a cancel of the Slurm job that takes longer (reading the task's state can take
+    seconds on a busy triggerer) would be cut short. Shielded, it goes on in the triggerer's loop.
+    """
+    task = asyncio.ensure_future(work)
+    _BACKGROUND.add(task)
+    task.add_done_callback(_BACKGROUND.discard)
+    await asyncio.shield(task)
 
 
 def task_instance_state(dag_id: str, task_id: str, run_id: str, map_index: int) -> str | None:

@@ -116,6 +116,26 @@ def test_on_kill_cancels_only_when_asked(hook, slurmapi_emulator):
     assert hook.get_job(watched).state.base == "RUNNING"
 
 
+def test_on_kill_cancels_the_job_even_when_the_triggerer_cancels_it_again_meanwhile(hook, slurmapi_emulator):
+    """A triggerer cancels a trigger it drops again on every loop until it has finished; the job's
+    cancel must not be cut short by those."""
+    from airflow_provider_slurmapi.triggers import slurmapi as module
+
+    job_id = submit(hook, "#!/bin/bash\nsleep 30\n")
+
+    async def dropped_again_and_again() -> None:
+        kill = asyncio.ensure_future(SlurmJobTrigger(job_id, cancel_on_kill=True).on_kill())
+        while not kill.done():
+            await asyncio.sleep(0)  # the triggerer's next loop
+            kill.cancel("__airflow_user_action__")
+        deadline = time.monotonic() + 30
+        while module._BACKGROUND and time.monotonic() < deadline:  # the cancel goes on meanwhile
+            await asyncio.sleep(0.05)
+
+    asyncio.run(dropped_again_and_again())
+    slurmapi_emulator.wait_for_state(job_id, ["CANCELLED"], timeout=30)
+
+
 def test_a_changed_connection_is_picked_up_by_the_next_trigger(hook, slurmapi_emulator, monkeypatch):
     """Settings are parsed once per connection content, so editing the connection takes effect at once."""
     job = submit(hook, "#!/bin/bash\necho ok\n")
