@@ -27,7 +27,7 @@ from airflow_provider_slurmapi.api.errors import (
     SlurmTransportError,
 )
 from airflow_provider_slurmapi.api.jobs import JobSpec, JobState, SlurmJob
-from airflow_provider_slurmapi.api.reattach import SubmitOutcome, submit_once
+from airflow_provider_slurmapi.api.reattach import SubmitOutcome, TaskTry, submit_once
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -247,8 +247,19 @@ class SlurmJobApiClient(BaseSlurmJobApiClient):
     def submit_job(self, spec: JobSpec) -> ops.Submitted:
         return self.run(ops.submit_job(self.api_version, spec))
 
-    def submit_once(self, spec: JobSpec, tag: str, *, reattach: bool = True, first_try: bool = False) -> SubmitOutcome:
-        return self.run(submit_once(self.api_version, spec, tag, reattach=reattach, first_try=first_try))
+    def submit_once(
+        self,
+        spec: JobSpec,
+        tag: str,
+        *,
+        reattach: bool = True,
+        task_try: TaskTry | None = None,
+        known_job_id: int | None = None,
+    ) -> SubmitOutcome:
+        operation = submit_once(
+            self.api_version, spec, tag, reattach=reattach, task_try=task_try, known_job_id=known_job_id
+        )
+        return self.run(operation)
 
     def get_job(self, job_id: object, *, recently_submitted: bool = False) -> SlurmJob:
         return self.run(ops.get_job(self.api_version, job_id, recently_submitted=recently_submitted))

@@ -24,7 +24,7 @@ from airflow_provider_slurmapi.api.errors import (
     SlurmJobWaitTimeoutError,
 )
 from airflow_provider_slurmapi.api.jobs import JobSpec, SlurmJob
-from airflow_provider_slurmapi.api.reattach import SubmitOutcome
+from airflow_provider_slurmapi.api.reattach import SubmitOutcome, TaskTry
 from airflow_provider_slurmapi.api.watch import DEFAULT_ERROR_BUDGET, Deadline, JobWatch, outcome_text
 
 
@@ -121,9 +121,25 @@ class SlurmJobApiHook(BaseHook):
             self.log.warning("Slurm warning on submit of job %s: %s", submitted.job_id, warning)
         return submitted
 
-    def submit_once(self, spec: JobSpec, tag: str, *, reattach: bool = True, first_try: bool = False) -> SubmitOutcome:
-        """Submit unless a job tagged ``tag`` (in its comment) is still active or COMPLETED; see ``api.reattach``."""
-        outcome = self.get_conn().submit_once(spec, tag, reattach=reattach, first_try=first_try)
+    def submit_once(
+        self,
+        spec: JobSpec,
+        tag: str,
+        *,
+        reattach: bool = True,
+        task_try: TaskTry | None = None,
+        known_job_id: int | None = None,
+    ) -> SubmitOutcome:
+        """Submit unless a job tagged ``tag`` (in its comment) is still active or COMPLETED; see ``api.reattach``.
+
+        :param task_try: the submitting try and the first try since the task was last cleared: only
+            that run's jobs are reused, an earlier run's active ones are cancelled (None: any tagged job).
+        :param known_job_id: the job id an earlier try recorded, looked at first (one call instead of
+            searching the queue and accounting).
+        """
+        outcome = self.get_conn().submit_once(
+            spec, tag, reattach=reattach, task_try=task_try, known_job_id=known_job_id
+        )
         for note in outcome.notes:
             self.log.info("Slurm job %s: %s", outcome.job_id, note)
         for warning in outcome.warnings:

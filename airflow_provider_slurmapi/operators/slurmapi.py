@@ -31,7 +31,7 @@ from airflow_provider_slurmapi.api.errors import (
     SlurmRequestRejectedError,
 )
 from airflow_provider_slurmapi.api.jobs import JobSpec, JobState, SlurmJob
-from airflow_provider_slurmapi.api.reattach import tagged_comment, task_instance_tag
+from airflow_provider_slurmapi.api.reattach import TaskTry, tagged_comment, task_instance_tag
 from airflow_provider_slurmapi.api.watch import failure_error, outcome_text
 from airflow_provider_slurmapi.hooks.slurmapi import SlurmJobApiHook, default_deferrable
 from airflow_provider_slurmapi.links.slurmapi import SlurmJobLink
@@ -47,6 +47,10 @@ class SlurmJobError(AirflowException):
 
 class SlurmJobFailedNoRetry(AirflowFailException):
     """A Slurm job failed, or its spec was rejected: retrying the same job would not help."""
+
+
+# Where the operator records its job in Airflow 3.3's task_state_store (shared by the task's tries).
+STATE_STORE_KEY = "slurm_job_id"
 
 
 def _fail(error: SlurmJobApiError, *, retry_on_job_failure: bool) -> AirflowException:
@@ -104,12 +108,16 @@ class SlurmSubmitJobOperator(BaseOperator):
     :param cancel_on_kill: cancel the Slurm job when the task is killed (default True).
     :param retry_on_job_failure: let the task's retries re-run jobs that FAILED/TIMEOUT/OOM (default False;
         cluster failures such as NODE_FAIL are always retryable).
-    :param reattach: before submitting, look for a job of this task instance (tagged in its ``comment``)
-        that is still active or COMPLETED and follow it instead of submitting a second one (default True).
+    :param reattach: before submitting, look for a job of this task instance (tagged in its ``comment``;
+        on Airflow 3.3+ also recorded in ``task_state_store`` under ``slurm_job_id``, which is looked at
+        first) that is still active or COMPLETED and follow it instead of submitting a second one
+        (default True).
+        Only jobs of tries since the task was last cleared count: a cleared task runs its job again,
+        and first cancels a job of its earlier run that is still active.
     :param slurmapi_conn_id: the ``slurmapi`` connection (default ``slurmapi_default``).
 
-    Every job carries ``airflow-ti:<dag_id>/<task_id>/<run_id>/<map_index>`` at the start of its
-    ``comment`` (a ``comment`` you give follows it). Returns (XCom ``return_value``) the Slurm job id; also pushes ``slurm_job_id`` at submit time and
+    Every job carries ``airflow-ti:<dag_id>/<task_id>/<run_id>/<map_index> try:<try_number>`` at the
+    start of its ``comment`` (a ``comment`` you give follows it). Returns (XCom ``return_value``) the Slurm job id; also pushes ``slurm_job_id`` at submit time and
     ``slurm_job`` (state, exit code, elapsed, nodes, output paths) when the job ends. For an array,
     ``slurm_job`` also holds ``tasks`` (one entry per task: ``display_id`` such as ``41_1``, state, exit
     code, output paths), ``array_task_count`` and ``array_tasks_completed``.
@@ -237,18 +245,29 @@ class SlurmSubmitJobOperator(BaseOperator):
         comment = fields.get("comment")
         if comment is not None and not isinstance(comment, str):
             raise SlurmJobSpecError("comment", f"{comment!r} is not a string", "Give a string value.")
-        fields["comment"] = tagged_comment(self.tag(context), comment)
+        fields["comment"] = tagged_comment(self.tag(context), comment, self.task_try(context).number)
         return JobSpec.build(self.script, fields)
+
+    def task_try(self, context: Any) -> TaskTry:
+        """This try, and the first try since the task instance was last cleared (see ``TaskTry``)."""
+        ti = context["ti"]
+        return TaskTry.of(getattr(ti, "try_number", 1), getattr(ti, "max_tries", None), self.retries)
 
     def execute(self, context: Any) -> int:
         hook = self.hook
         try:
             spec = self.build_spec(context)
-            first_try = int(getattr(context["ti"], "try_number", 1) or 1) <= 1
-            outcome = hook.submit_once(spec, self.tag(context), reattach=self.reattach, first_try=first_try)
+            outcome = hook.submit_once(
+                spec,
+                self.tag(context),
+                reattach=self.reattach,
+                task_try=self.task_try(context),
+                known_job_id=self._recorded_job_id(context) if self.reattach else None,
+            )
         except SlurmJobApiError as err:
             raise _fail(err, retry_on_job_failure=self.retry_on_job_failure) from None
         self.job_id = outcome.job_id
+        self._record_job_id(context, outcome.job_id)
         partition = spec.job.get("partition") or "the default partition"
         verb = "Reattached to" if outcome.reattached else "Submitted"
         name = spec.job.get("name")
@@ -267,6 +286,33 @@ class SlurmSubmitJobOperator(BaseOperator):
         if self.deferrable:
             self._defer(context, self.job_id)
         return self._wait(context, hook, self.job_id)
+
+    def _recorded_job_id(self, context: Any) -> int | None:
+        """The job id an earlier try of this task instance recorded in Airflow 3.3's ``task_state_store``
+        (None before 3.3, or when nothing is recorded)."""
+        store = context.get("task_state_store")
+        if store is None:
+            return None
+        try:
+            value = store.get(STATE_STORE_KEY)
+        except Exception as err:
+            self.log.warning("Could not read %r from the task state store (%s); searching Slurm", STATE_STORE_KEY, err)
+            return None
+        try:
+            return None if value is None else int(value)
+        except (TypeError, ValueError):
+            self.log.warning("Ignoring %r in the task state store: %r is not a job id", STATE_STORE_KEY, value)
+            return None
+
+    def _record_job_id(self, context: Any, job_id: int) -> None:
+        """Record the try's job in ``task_state_store`` (3.3+), where the next try looks first."""
+        store = context.get("task_state_store")
+        if store is None:
+            return
+        try:
+            store.set(STATE_STORE_KEY, job_id)
+        except Exception as err:
+            self.log.warning("Could not record Slurm job %s in the task state store: %s", job_id, err)
 
     def _deadline(self, context: Any) -> float | None:
         """When the trigger gives up: the end of ``execution_timeout``, counted from the task's start.

@@ -18,7 +18,7 @@ from typing import Any
 from urllib.parse import quote
 
 from airflow_provider_slurmapi.api.jobs import SlurmJob
-from airflow_provider_slurmapi.api.reattach import TAG_PREFIX
+from airflow_provider_slurmapi.api.reattach import TAG_PREFIX, split_comment
 
 # task_instance_tag() cuts a long dag_id to this many characters in its hashed form.
 _HASHED_DAG_ID_CHARS = 80
@@ -83,10 +83,8 @@ def parse_tag(comment: str) -> TaskRef | None:
 
 
 def user_comment(comment: str) -> str:
-    """The user's own part of a comment, after the task-instance tag."""
-    if comment.startswith(TAG_PREFIX):
-        return comment.split(" ", 1)[1] if " " in comment else ""
-    return comment
+    """The user's own part of a comment, after the task-instance tag and its try."""
+    return split_comment(comment)[2]
 
 
 def format_duration(value: timedelta | None) -> str:

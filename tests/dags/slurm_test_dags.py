@@ -103,6 +103,29 @@ with _dag("reattach"):
         task_id="train", script="#!/bin/bash\nsleep 2\n", current_working_directory=CWD, poll_interval=0.2
     )
 
+
+class _LosesItsWorkerOnTheFirstTry(SlurmSubmitJobOperator):
+    """Its first try dies right after the submit, as a worker lost mid-wait would (dag.test cannot
+    SIGKILL a worker; the standalone suite does)."""
+
+    def _wait(self, context, hook, job_id):  # type: ignore[no-untyped-def]
+        if context["ti"].try_number == 1:
+            raise RuntimeError(f"worker lost while waiting for Slurm job {job_id}")
+        return super()._wait(context, hook, job_id)
+
+
+with _dag("reattach_recorded"):
+    from datetime import timedelta as _timedelta
+
+    _LosesItsWorkerOnTheFirstTry(
+        task_id="train",
+        script="#!/bin/bash\nsleep 2\necho done\n",
+        current_working_directory=CWD,
+        poll_interval=0.2,
+        retries=1,
+        retry_delay=_timedelta(seconds=1),
+    )
+
 with _dag("secret_env"):
     SlurmSubmitJobOperator(
         task_id="train",

@@ -81,7 +81,7 @@ def test_convenience_arguments_reach_slurm(emu):
     job = emu.job(job_id)
     assert job["name"] == "explicit-wins"
     assert job["partition"] == "gpu"
-    assert job["comment"] == f"airflow-ti:submit_fields/train/{tis['train'].run_id}/-1 from the job dict"
+    assert job["comment"] == f"airflow-ti:submit_fields/train/{tis['train'].run_id}/-1 try:1 from the job dict"
     assert job["standard_output"] == f"{CWD}/out-{job_id}-explicit-wins.log"
 
 
@@ -118,18 +118,26 @@ def test_execution_timeout_cancels_the_job(emu, deferrable):
     emu.wait_for_state(job["job_id"], ["CANCELLED"], timeout=30)
 
 
-def test_a_rerun_reattaches_to_the_completed_job(emu):
+def test_a_retry_reattaches_to_the_completed_job_and_a_clear_runs_it_again(emu):
     _, first = run("reattach")
     job_id = first["train"].xcom_pull(task_ids="train")
     from airflow_provider_slurmapi.api.jobs import JobSpec
+    from airflow_provider_slurmapi.api.reattach import TaskTry
     from airflow_provider_slurmapi.hooks.slurmapi import SlurmJobApiHook
 
-    # The same task instance tried again (same tag): the COMPLETED job is reused, nothing is submitted.
-    tag = emu.job(job_id)["comment"]
-    spec = JobSpec.build("#!/bin/bash\nsleep 2\n", {"current_working_directory": CWD, "comment": tag})
-    outcome = SlurmJobApiHook().submit_once(spec, tag)
+    # The same task instance's next try (same tag, same run of tries): the COMPLETED job is reused,
+    # nothing is submitted.
+    comment = emu.job(job_id)["comment"]
+    tag = comment.split(" ")[0]
+    assert comment == f"{tag} try:1"
+    spec = JobSpec.build("#!/bin/bash\nsleep 2\n", {"current_working_directory": CWD, "comment": comment})
+    outcome = SlurmJobApiHook().submit_once(spec, tag, task_try=TaskTry(2))
     assert outcome.reattached and outcome.job_id == job_id
     assert len(emu.jobs()) == 1
+    # Cleared after try 1 (its next try starts a new run of tries): the job is run again.
+    again = SlurmJobApiHook().submit_once(spec, tag, task_try=TaskTry(2, run_start=2))
+    assert not again.reattached and again.job_id != job_id
+    assert len(emu.jobs()) == 2
 
 
 def test_example_dag_runs_end_to_end(emu):
@@ -140,6 +148,38 @@ def test_example_dag_runs_end_to_end(emu):
     train_id = tis["train"].xcom_pull(task_ids="train")
     assert "checkpoint written" in emu.read_output(train_id)
     assert emu.job(train_id)["partition"] == "gpu"
+
+
+def test_a_retry_reattaches_to_the_job_its_first_try_left_running(emu):
+    """The first try dies after its submit; the second follows that job, found (on Airflow 3.3+) through
+    ``task_state_store`` with one call, without listing the queue and accounting."""
+    from airflow_provider_slurmapi.version_compat import AIRFLOW_V_3_3_PLUS
+
+    _, tis = run("reattach_recorded")
+    ti = tis["train"]
+    assert state(ti) == "success" and ti.try_number == 2
+    (job,) = emu.jobs()
+    assert ti.xcom_pull(task_ids="train") == job["job_id"] and job["state"] == ["COMPLETED"]
+    listings = [
+        c
+        for c in emu.calls
+        if c.method == "GET" and c.path.split("?")[0].endswith(("/slurm/v0.0.42/jobs/", "/slurmdb/v0.0.42/jobs/"))
+    ]
+    if AIRFLOW_V_3_3_PLUS:
+        from airflow.models.task_state_store import TaskStateStoreModel
+        from airflow.utils.session import create_session
+
+        with create_session() as session:
+            stored = {
+                row.key: row.value
+                for row in session.query(TaskStateStoreModel).filter_by(
+                    dag_id=ti.dag_id, run_id=ti.run_id, task_id="train"
+                )
+            }
+        assert stored.get("slurm_job_id") is not None and str(job["job_id"]) in stored["slurm_job_id"], stored
+        assert len(listings) == 2  # only the first try searched (it had nothing recorded)
+    else:
+        assert len(listings) == 4  # each try searched the queue and accounting
 
 
 def test_secret_looking_environment_values_are_masked(emu, capfd):

@@ -6,7 +6,7 @@ import pytest
 
 from airflow_provider_slurmapi.api.errors import SlurmJobApiError
 from airflow_provider_slurmapi.api.jobs import JobSpec
-from airflow_provider_slurmapi.api.reattach import task_instance_tag
+from airflow_provider_slurmapi.api.reattach import TaskTry, tagged_comment, task_instance_tag
 from airflow_provider_slurmapi.hooks.slurmapi import SlurmJobApiHook
 
 CWD = "/home/tester"
@@ -116,11 +116,11 @@ def test_a_lost_submit_reply_gives_exactly_one_job(hook, slurmapi_emulator):
     tag = task_instance_tag("d", "t", "run-1")
     spec = JobSpec.build("#!/bin/bash\ntrue\n", {"current_working_directory": CWD, "comment": tag, "name": "d.t"})
     slurmapi_emulator.inject_fault("lost_reply", count=1, path_contains="job/submit")
-    outcome = hook.submit_once(spec, tag, first_try=True)
+    outcome = hook.submit_once(spec, tag, task_try=TaskTry(1))
     assert outcome.reattached
     assert [j["job_id"] for j in slurmapi_emulator.jobs()] == [outcome.job_id]
-    # The task's next try (or a cleared task) finds the same job again.
-    again = hook.submit_once(spec, tag)
+    # The task's next try finds the same job again.
+    again = hook.submit_once(spec, tag, task_try=TaskTry(2))
     assert again.reattached and again.job_id == outcome.job_id
     assert len(slurmapi_emulator.jobs()) == 1
 
@@ -128,10 +128,31 @@ def test_a_lost_submit_reply_gives_exactly_one_job(hook, slurmapi_emulator):
 def test_a_failed_earlier_job_is_resubmitted_on_retry(hook, slurmapi_emulator):
     tag = task_instance_tag("d", "t", "run-2")
     spec = JobSpec.build("#!/bin/bash\nexit 1\n", {"current_working_directory": CWD, "comment": tag, "name": "d.t"})
-    first = hook.submit_once(spec, tag, first_try=True)
+    first = hook.submit_once(spec, tag, task_try=TaskTry(1))
     slurmapi_emulator.wait_for_state(first.job_id, "FAILED", 30)
-    second = hook.submit_once(spec, tag)
+    second = hook.submit_once(spec, tag, task_try=TaskTry(2))
     assert not second.reattached and second.job_id != first.job_id
+
+
+def test_a_cleared_task_cancels_its_earlier_runs_job_before_it_submits(hook, slurmapi_emulator):
+    tag = task_instance_tag("d", "t", "run-3")
+    fields = {"current_working_directory": CWD, "name": "d.t"}
+    script = "#!/bin/bash\nsleep 300\n"
+    first = hook.submit_once(JobSpec.build(script, {**fields, "comment": tagged_comment(tag, None, 1)}), tag)
+    slurmapi_emulator.wait_for_state(first.job_id, "RUNNING", 30)
+    # Try 1 was cleared while its job ran; try 2 starts a new run of tries.
+    spec = JobSpec.build(script, {**fields, "comment": tagged_comment(tag, None, 2)})
+    second = hook.submit_once(spec, tag, task_try=TaskTry(2, run_start=2))
+    assert not second.reattached and second.cancelled == [first.job_id]
+    jobs = {j["job_id"]: j for j in slurmapi_emulator.jobs()}
+    assert set(jobs) == {first.job_id, second.job_id}
+    assert hook.get_job(first.job_id).state.base == "CANCELLED"
+    # Cancelled first, submitted after: the two never ran at the same time.
+    assert [c[:2] for c in slurmapi_emulator.calls if c[0] in ("DELETE", "POST")][-2:] == [
+        ("DELETE", f"/slurm/v0.0.42/job/{first.job_id}"),
+        ("POST", "/slurm/v0.0.42/job/submit"),
+    ]
+    hook.cancel_job(second.job_id)
 
 
 def test_persistent_faults_exhaust_the_error_budget(hook, slurmapi_emulator):

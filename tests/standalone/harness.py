@@ -388,7 +388,13 @@ class Standalone:
 
     def clear_task(self, dag_id: str, run_id: str, task_id: str) -> None:
         """Clear one task instance (whatever its state), as the UI's Clear button does."""
-        body = {"dry_run": False, "task_ids": [task_id], "dag_run_id": run_id, "only_failed": False}
+        body = {
+            "dry_run": False,
+            "task_ids": [task_id],
+            "dag_run_id": run_id,
+            "only_failed": False,
+            "reset_dag_runs": True,
+        }
         reply = self.session().post(f"{self.api}/dags/{dag_id}/clearTaskInstances", json=body, timeout=30)
         assert reply.status_code == 200, reply.text
 
@@ -396,6 +402,12 @@ class Standalone:
         """Pause or unpause a DAG (the UI's toggle): a paused DAG's task instances are not queued."""
         reply = self.session().patch(f"{self.api}/dags/{dag_id}", json={"is_paused": paused}, timeout=30)
         assert reply.status_code == 200, reply.text
+
+    def task_log_files(self, dag_id: str, run_id: str, task_id: str) -> str:
+        """Every log file of the task instance on disk, the triggerers' ones included (3.x writes a
+        trigger's log next to the try's, as ``attempt=N.log.trigger.<triggerer job id>.log``)."""
+        task_dir = self.home / "logs" / f"dag_id={dag_id}" / f"run_id={run_id}" / f"task_id={task_id}"
+        return "\n".join(p.read_text(errors="replace") for p in sorted(task_dir.glob("attempt=*.log*")))
 
     def task_log(self, dag_id: str, run_id: str, task_id: str, try_number: int) -> str:
         """The log of one try, as the UI shows it (the REST API's log endpoint): JSON on 3.x, text on 2.x."""
@@ -456,9 +468,26 @@ class Standalone:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 t.wait(timeout=1)
 
-    def start_triggerer(self) -> None:
-        """Start an ``airflow triggerer`` (same configuration) and wait until it is healthy."""
-        assert not self.triggerer_processes(), "a triggerer is already running"
+    @contextlib.contextmanager
+    def triggerer_frozen(self) -> Iterator[None]:
+        """SIGSTOP every triggerer process for the block, SIGCONT after: it keeps its triggers but does
+        nothing (no polls, no cancels) meanwhile, as a triggerer stalled under load would."""
+        procs = self.triggerer_processes()
+        assert procs, "no triggerer is running"
+        for proc in procs:
+            proc.send_signal(signal.SIGSTOP)
+        try:
+            yield
+        finally:
+            for proc in procs:
+                with contextlib.suppress(psutil.NoSuchProcess):
+                    proc.send_signal(signal.SIGCONT)
+
+    def start_triggerer(self, *, alongside: bool = False) -> None:
+        """Start an ``airflow triggerer`` (same configuration) and wait until it is healthy.
+
+        ``alongside``: while another one runs (triggerer HA); otherwise none may be running."""
+        assert alongside or not self.triggerer_processes(), "a triggerer is already running"
         log = LOGS / f"triggerer-{next(self._triggerer_logs)}.log"
         with log.open("wb") as out:
             self._triggerers.append(

@@ -4,8 +4,11 @@
 - the triggerer stops (SIGTERM) or dies (SIGKILL) mid-wait and starts again: the job is left running and
   the deferred task succeeds;
 - a user marks a task failed while it waits in the worker: the job is cancelled (the operator's on_kill);
-- a user marks a deferred task failed, or clears it: the job is cancelled within seconds;
-- a deferred task's ``execution_timeout`` passes: the job is cancelled and the task fails.
+- a user marks a deferred task failed or success, or clears it: the job is cancelled within seconds; a
+  cleared task's new try submits its own job (cancelling the first itself if the trigger has not yet),
+  and a task cleared after it succeeded runs its job again;
+- a deferred task's ``execution_timeout`` passes: the job is cancelled and the task fails (also when the
+  task resumes late, and when the triggerer is stalled at the deadline).
 
 The DAGs are in ``tests/standalone/dags/kill_path_dags.py``; each job runs until the test releases it.
 What is asserted is what a user checks: the task instance's state and tries through the REST API, its log,
@@ -160,20 +163,38 @@ def test_marking_a_sync_task_failed_while_it_waits_cancels_its_job(standalone: S
     run.wait_for_log(1, f"Cancelling Slurm job {job.job_id} because the task was killed")
 
 
-def test_marking_a_deferred_task_failed_cancels_its_job(standalone: Standalone):
-    run = Run(standalone, "kill_mark_failed")
+@pytest.mark.parametrize(("marked", "dag_id"), [("failed", "kill_mark_failed"), ("success", "kill_mark_success")])
+def test_marking_a_deferred_task_failed_or_success_cancels_its_job(standalone: Standalone, marked: str, dag_id: str):
+    run = Run(standalone, dag_id)
     job = run.wait_for_running_job()
     run.wait_for_task("deferred")
     run.wait_for_trigger(job.job_id)
 
-    standalone.set_task_state(run.dag_id, run.run_id, TASK, "failed")
+    standalone.set_task_state(run.dag_id, run.run_id, TASK, marked)
     cancelled = run.wait_for_job_state(job.job_id, "CANCELLED", timeout=CANCEL_DEADLINE)
     assert [j.job_id for j in run.jobs()] == [cancelled.job_id]
     assert run.emulator.cancel_calls(job.job_id), "the job ended CANCELLED but nobody sent a cancel"
-    assert run.finish() == "failed"
+    assert run.finish() == marked
     ti = run.ti()
-    assert (ti["state"], ti["try_number"]) == ("failed", 1), ti  # stays failed: no retry, no second job
+    assert (ti["state"], ti["try_number"]) == (marked, 1), ti  # stays so: no retry, no second job
     assert len(run.jobs()) == 1
+
+
+def assert_cleared_task_ran_anew(run: Run, first: SlurmJob) -> None:
+    """After a clear: the first job CANCELLED (and ended before the second was submitted), the new try
+    submitted its own job and succeeded with it, never reattaching to the first."""
+    second = run.wait_for_running_job(2)
+    assert second.job_id != first.job_id
+    run.release(second.job_id)
+    assert run.finish() == "success"
+    ti = run.ti()
+    assert (ti["state"], ti["try_number"]) == ("success", 2), ti
+    jobs = run.jobs()
+    assert [(j.job_id, j.state.base) for j in jobs] == [(first.job_id, "CANCELLED"), (second.job_id, "COMPLETED")]
+    assert jobs[0].end_time and jobs[1].submit_time and jobs[0].end_time <= jobs[1].submit_time, describe(jobs)
+    assert run.emulator.cancel_calls(second.job_id) == []
+    assert f"Submitted Slurm job {second.job_id}" in run.log(2)
+    assert "Reattached" not in run.log(2)
 
 
 def test_clearing_a_deferred_task_cancels_its_job_and_the_new_try_submits_anew(standalone: Standalone):
@@ -185,32 +206,47 @@ def test_clearing_a_deferred_task_cancels_its_job_and_the_new_try_submits_anew(s
     standalone.clear_task(run.dag_id, run.run_id, TASK)
     run.wait_for_job_state(first.job_id, "CANCELLED", timeout=CANCEL_DEADLINE)
     assert run.emulator.cancel_calls(first.job_id), "the job ended CANCELLED but nobody sent a cancel"
+    # Whichever comes first, the old trigger's cancel or the new try's look-up, ends the same way.
+    assert_cleared_task_ran_anew(run, first)
 
-    # The cleared task runs again. Airflow starts the new try without waiting for the old trigger's
-    # cancel, so the new try may look the tag up while the first job still runs, reattach to it, and
-    # then fail when the cancel lands (KNOWN RACE, reported in the README). Otherwise the new try sees
-    # the first job CANCELLED and submits a second one, which is what a user clearing the task wants.
-    def second_try() -> dict[str, Any] | None:
-        ti = run.ti()
-        return ti if ti["try_number"] >= 2 and ti["state"] in ("deferred", "running", "failed", "success") else None
 
-    wait_for("the cleared task's new try", second_try, timeout=120, log=standalone.log)
-    reattached = f"Reattached to Slurm job {first.job_id}"
-    new_try_log = run.wait_for_log(2, reattached, "Submitted Slurm job")
-    if reattached in new_try_log:
-        assert run.finish() == "failed"
-        assert [j.job_id for j in run.jobs()] == [first.job_id]
-        pytest.xfail(
-            "known race: the cleared task's new try reattached to the job the old trigger was about to "
-            "cancel, and failed when it was cancelled"
-        )
+def test_a_cleared_task_cancels_its_earlier_job_itself_when_the_triggerer_is_stalled(standalone: Standalone):
+    """The race of a clear made certain: the new try looks its task up while the old trigger, in a
+    stalled triggerer, has not cancelled the first job yet. The new try cancels it, then submits."""
+    run = Run(standalone, "kill_clear_stalled_triggerer")
+    first = run.wait_for_running_job()
+    run.wait_for_task("deferred")
+    run.wait_for_trigger(first.job_id)
+
+    with standalone.triggerer_frozen():
+        standalone.clear_task(run.dag_id, run.run_id, TASK)
+        log = run.wait_for_log(2, f"cancelled job {first.job_id} of an earlier run", timeout=180)
+        assert "Reattached" not in log
+        assert run.jobs()[0].state.base == "CANCELLED"
+        run.wait_for_task("deferred", timeout=120)
+    assert_cleared_task_ran_anew(run, first)
+
+
+def test_clearing_a_task_that_succeeded_runs_its_job_again(standalone: Standalone):
+    """A clear asks for a new run: the earlier COMPLETED job is not taken for the new try's result."""
+    run = Run(standalone, "kill_clear_after_success")
+    first = run.wait_for_running_job()
+    run.release(first.job_id)
+    assert run.finish() == "success"
+
+    standalone.clear_task(run.dag_id, run.run_id, TASK)
     second = run.wait_for_running_job(2)
     run.release(second.job_id)
-    assert run.finish() == "success"
-    ti = run.ti()
-    assert (ti["state"], ti["try_number"]) == ("success", 2), ti
-    assert [(j.job_id, j.state.base) for j in run.jobs()] == [(first.job_id, "CANCELLED"), (second.job_id, "COMPLETED")]
-    assert run.emulator.cancel_calls(second.job_id) == []
+
+    def second_try_done() -> dict[str, Any] | None:
+        ti = run.ti()
+        return ti if ti["try_number"] == 2 and ti["state"] in ("success", "failed") else None
+
+    ti = wait_for("the cleared task's new try to end", second_try_done, timeout=240, log=standalone.log)
+    assert ti["state"] == "success", ti
+    assert [(j.job_id, j.state.base) for j in run.jobs()] == [(first.job_id, "COMPLETED"), (second.job_id, "COMPLETED")]
+    assert run.emulator.cancel_calls(first.job_id) == []
+    assert int(standalone.xcom(run.dag_id, run.run_id, TASK)) == second.job_id
 
 
 def test_deferred_execution_timeout_cancels_the_job(standalone: Standalone):
@@ -254,6 +290,35 @@ def test_deferred_execution_timeout_cancels_the_job_also_when_the_task_resumes_l
     assert f"Cancelling Slurm job {job.job_id} because" in run.log(1)
 
 
+def test_deferred_execution_timeout_cancels_the_job_also_when_the_triggerer_is_stalled(standalone: Standalone):
+    """No trigger fires a timeout event: the triggerer is stalled past the execution_timeout. Airflow
+    2.11's scheduler then times the deferral out itself and resumes the task to fail it: the task's
+    execution_timeout is over, so Airflow raises AirflowTaskTimeout at once and the operator's on_kill
+    cancels the job, while the triggerer still sleeps. Airflow 3 keeps the task deferred, and the
+    trigger's timeout event, once the triggerer runs again, cancels it."""
+    run = Run(standalone, "kill_execution_timeout_stalled")
+    job = run.wait_for_running_job()
+    started = run.wait_for_task("deferred")["start_date"]
+    run.wait_for_trigger(job.job_id)
+    with standalone.triggerer_frozen():
+        if standalone.major < 3:
+            run.wait_for_job_state(job.job_id, "CANCELLED", timeout=180)
+            assert run.finish(timeout=180) == "failed"
+            assert f"Cancelling Slurm job {job.job_id} because the task was killed" in run.log(1)
+        else:
+            wait_for(
+                "the execution_timeout to be over",
+                lambda: time.time() > datetime.fromisoformat(started).timestamp() + TIMEOUT_SECONDS + 2,
+                timeout=120,
+            )
+            assert run.jobs()[0].state.base == "RUNNING"
+    run.wait_for_job_state(job.job_id, "CANCELLED", timeout=CANCEL_DEADLINE)
+    assert run.finish(timeout=180) == "failed"
+    ti = run.ti()
+    assert (ti["state"], ti["try_number"]) == ("failed", 1), ti
+    assert len(run.jobs()) == 1
+
+
 def test_triggerer_restart_leaves_the_job_running_and_the_task_succeeds(standalone: Standalone):
     run = Run(standalone, "kill_triggerer_restart")
     job = run.wait_for_running_job()
@@ -279,4 +344,34 @@ def test_triggerer_restart_leaves_the_job_running_and_the_task_succeeds(standalo
     assert (ti["state"], ti["try_number"]) == ("success", 1), ti
     (final,) = run.jobs()
     assert final.job_id == job.job_id and final.state.is_success, describe(run.jobs())
+    assert run.emulator.cancel_calls(job.job_id) == []
+
+
+def test_a_trigger_that_moves_to_another_triggerer_leaves_the_job_running(standalone: Standalone):
+    """Triggerer HA: the first triggerer stalls, a second one takes its trigger over (the first looks
+    dead once its heartbeat is older than the health-check threshold), then the first wakes up and
+    drops the trigger it no longer owns. Airflow 3.3 drops it as if a user had acted (it calls the
+    trigger's on_kill); the job must still not be cancelled, and the task succeeds on its first try.
+
+    Runs last in this module: it leaves a second triggerer running."""
+    run = Run(standalone, "kill_trigger_moves")
+    job = run.wait_for_running_job()
+    run.wait_for_task("deferred")
+    polls = run.wait_for_trigger(job.job_id)
+    with standalone.triggerer_frozen():
+        standalone.start_triggerer(alongside=True)
+        # Only the new triggerer can poll while the first is stopped.
+        run.wait_for_trigger(job.job_id, more_than=polls + 1, timeout=240)
+
+    def dropped_by_the_first() -> bool:
+        return "is left running: its task is still deferred" in standalone.task_log_files(run.dag_id, run.run_id, TASK)
+
+    wait_for("the first triggerer to drop the trigger it lost", dropped_by_the_first, timeout=120, log=standalone.log)
+    assert run.jobs()[0].state.base == "RUNNING"
+    assert run.emulator.cancel_calls(job.job_id) == []
+    run.release(job.job_id)
+    assert run.finish() == "success"
+    ti = run.ti()
+    assert (ti["state"], ti["try_number"]) == ("success", 1), ti
+    assert [(j.job_id, j.state.base) for j in run.jobs()] == [(job.job_id, "COMPLETED")]
     assert run.emulator.cancel_calls(job.job_id) == []

@@ -59,6 +59,7 @@ def test_tag_round_trips_with_the_operator_tag():
     )
     assert ref.tag == TAG
     assert user_comment(tagged_comment(TAG, "nightly run")) == "nightly run"
+    assert user_comment(tagged_comment(TAG, "nightly run", 3)) == "nightly run"
 
 
 def test_mapped_task_links_to_its_map_index():

@@ -61,6 +61,18 @@ with _dag("kill_mark_failed", "A user marks the deferred task failed: its job is
 with _dag("kill_clear", "A user clears the deferred task: its job is cancelled and the new try submits anew."):
     _submit(True)
 
+with _dag(
+    "kill_clear_stalled_triggerer",
+    "A user clears the deferred task while the triggerer is stalled: the new try cancels the job itself.",
+):
+    _submit(True)
+
+with _dag("kill_clear_after_success", "A user clears a task that succeeded: it runs its job again."):
+    _submit(True)
+
+with _dag("kill_mark_success", "A user marks the deferred task success: its job is cancelled."):
+    _submit(True)
+
 with _dag("kill_triggerer_restart", "The triggerer stops and starts again mid-wait: the job is left running."):
     _submit(True)
 
@@ -72,3 +84,12 @@ with _dag(
     "The deferred task's execution_timeout passes and the task resumes late (its DAG was paused meanwhile).",
 ):
     _submit(True, execution_timeout=timedelta(seconds=TIMEOUT_SECONDS))
+
+with _dag(
+    "kill_execution_timeout_stalled",
+    "The deferred task's execution_timeout passes while the triggerer is stalled (no timeout event).",
+):
+    _submit(True, execution_timeout=timedelta(seconds=TIMEOUT_SECONDS))
+
+with _dag("kill_trigger_moves", "The trigger moves to a second triggerer while the first is stalled."):
+    _submit(True)
