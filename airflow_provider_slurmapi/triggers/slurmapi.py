@@ -259,17 +259,35 @@ class SlurmJobTrigger(BaseTrigger):
 _BACKGROUND: set[asyncio.Task[None]] = set()
 
 
-async def _outlasting_cancels(work: Coroutine[Any, Any, None]) -> None:
+async def _outlasting_cancels(work: Coroutine[Any, Any, None], *, limit: float = 25.0) -> None:
     """Run ``work`` to its end even if the awaiting trigger is cancelled again meanwhile.
 
     A triggerer cancels a trigger it drops again on every loop until the trigger has finished (every
     second or so), so a cancel of the Slurm job that takes longer (reading the task's state can take
-    seconds on a busy triggerer) would be cut short. Shielded, it goes on in the triggerer's loop.
+    seconds on a busy triggerer) would be cut short, and what it logs lost with the trigger's log.
+    Those repeated cancels are absorbed for up to ``limit`` seconds (below Airflow 3.3's 30 s for
+    on_kill); past that the trigger gives way and ``work`` still goes on, shielded, in the loop.
     """
     task = asyncio.ensure_future(work)
     _BACKGROUND.add(task)
     task.add_done_callback(_BACKGROUND.discard)
-    await asyncio.shield(task)
+    loop = asyncio.get_running_loop()
+    give_way = loop.time() + limit
+    while True:
+        try:
+            await asyncio.shield(task)
+            return
+        except asyncio.CancelledError:
+            me = asyncio.current_task()
+            if me is None or (not task.done() and loop.time() >= give_way):
+                raise
+            uncancel = getattr(me, "uncancel", None)  # Python 3.11+: keep the task's cancel count right
+            if uncancel is not None:
+                uncancel()
+            # a repeat of the cancel being handled: keep waiting for the work, or end as it did
+            if task.done():
+                task.result()
+                return
 
 
 def task_instance_state(dag_id: str, task_id: str, run_id: str, map_index: int) -> str | None:
