@@ -10,19 +10,13 @@ from airflow.providers.common.compat.sdk import BaseHook
 
 from airflow_provider_slurmapi.api import operations as ops
 from airflow_provider_slurmapi.api.client import AsyncSlurmJobApiClient, SlurmJobApiClient
-from airflow_provider_slurmapi.api.connection import (
-    CONNECTION_FIELDS,
-    SECRET_FIELDS,
-    SETTINGS_CACHE,
-    ConnectionSettings,
-    settings_from_extra,
-    ui_field_behaviour,
-)
+from airflow_provider_slurmapi.api.connection import SETTINGS_CACHE, ConnectionSettings, settings_from_extra
 from airflow_provider_slurmapi.api.errors import (
     SlurmJobApiError,
     SlurmJobSpecError,
     SlurmJobWaitTimeoutError,
 )
+from airflow_provider_slurmapi.api.fields import CONNECTION_FIELDS, SECRET_FIELDS, ui_field_behaviour
 from airflow_provider_slurmapi.api.jobs import JobSpec, SlurmJob
 from airflow_provider_slurmapi.api.reattach import SubmitOutcome
 from airflow_provider_slurmapi.api.watch import DEFAULT_ERROR_BUDGET, Deadline, JobWatch, outcome_text
