@@ -334,21 +334,56 @@ def run_case(
 # -- import cost and round trip -------------------------------------------------------------------
 
 
-def import_cost(repeats: int = 7) -> tuple[float, float]:
-    def median(code: str) -> float:
-        times = []
-        for _ in range(repeats):
-            start = time.perf_counter()
-            subprocess.run([PY, "-c", code], check=True, capture_output=True, cwd=ROOT)
-            times.append(time.perf_counter() - start)
-        return statistics.median(times)
+def import_cost(repeats: int = 9) -> dict[str, float]:
+    """What importing the operators and the sensor adds to ``import airflow.sdk`` (median, same run).
 
-    base = median("import airflow.sdk")
-    ours = median(
+    The two imports alternate, each in a fresh interpreter, so a change of load hits both alike. Three
+    figures: wall time, the child's CPU time (user + system: less sensitive to other processes on the
+    machine), and ``-X importtime``'s self time of the provider's own modules (all of them, including
+    what Airflow's providers manager loads while ``airflow.sdk`` is imported).
+    """
+    base_code = "import airflow.sdk"
+    ours_code = (
         "import airflow.sdk; import airflow_provider_slurmapi.operators.slurmapi, "
         "airflow_provider_slurmapi.sensors.slurmapi"
     )
-    return base * 1000, (ours - base) * 1000
+
+    def run(code: str, *flags: str) -> tuple[float, float, str]:
+        """Wall and CPU seconds of one fresh interpreter running ``code``, and its stderr."""
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        start = time.perf_counter()
+        done = subprocess.run([PY, *flags, "-c", code], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        wall = time.perf_counter() - start
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        if done.returncode:
+            raise RuntimeError(f"{code!r} failed: {done.stderr.decode()[-500:]}")
+        cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+        return wall, cpu, done.stderr.decode()
+
+    walls: dict[str, list[float]] = {"base": [], "ours": []}
+    cpus: dict[str, list[float]] = {"base": [], "ours": []}
+    own: list[float] = []
+    for _ in range(repeats):
+        for name, code in (("base", base_code), ("ours", ours_code)):
+            wall, cpu, _ = run(code)
+            walls[name].append(wall)
+            cpus[name].append(cpu)
+        _, _, trace = run(ours_code, "-X", "importtime")
+        own.append(
+            sum(
+                int(m.group(1))
+                for m in re.finditer(r"^import time:\s+(\d+) \|\s+\d+ \|\s*airflow_provider_slurmapi\S*$", trace, re.M)
+            )
+            / 1000
+        )
+    med = statistics.median
+    return {
+        "base_ms": 1000 * med(walls["base"]),
+        "wall_ms": 1000 * (med(walls["ours"]) - med(walls["base"])),
+        "base_cpu_ms": 1000 * med(cpus["base"]),
+        "cpu_ms": 1000 * (med(cpus["ours"]) - med(cpus["base"])),
+        "own_ms": med(own),
+    }
 
 
 def round_trip(emu: EmulatorProcess, repeats: int = 200) -> tuple[float, float]:
@@ -409,7 +444,7 @@ def main() -> None:
             slow = (args.slow_token_at, args.slow_token) if mode == "slow-token" else None
             rows.append(run_case(emu, mode, n, args.interval, args.spread, slow))
             print(f"  measured {mode:10} N={n}", file=sys.stderr, flush=True)
-        base_ms, import_ms = import_cost()
+        imports = import_cost()
         bare_ms, hook_ms = round_trip(emu)
     finally:
         emu.close()
@@ -450,7 +485,12 @@ def main() -> None:
                 f"p50 {r['slow_lag_p50_ms']:.1f}ms, p99 {r['slow_lag_p99_ms']:.1f}ms, "
                 f"max {r['slow_lag_max_ms']:.1f}ms ({r['slow_samples']} samples)"
             )
-    print(f"\nimport airflow.sdk: {base_ms:.0f} ms; provider on top: {import_ms:+.0f} ms (median)")
+    print(
+        f"\nimport airflow.sdk: {imports['base_ms']:.0f} ms wall, {imports['base_cpu_ms']:.0f} ms CPU; the operators "
+        f"and the sensor on top: {imports['wall_ms']:+.0f} ms wall, {imports['cpu_ms']:+.0f} ms CPU (medians, "
+        f"alternating runs); the provider's own modules: {imports['own_ms']:.0f} ms (-X importtime self time, "
+        "median, including what Airflow loads of it)"
+    )
     print(
         f"get_job round trip: hook {hook_ms:.2f} ms vs bare requests.post {bare_ms:.2f} ms "
         f"({hook_ms / bare_ms:.2f}x, median)"
