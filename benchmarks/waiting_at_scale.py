@@ -5,7 +5,10 @@ Run: ``.venv/bin/python benchmarks/waiting_at_scale.py [--sizes 100,2000] [--int
 ``benchmarks/standalone_triggerer.py``).
 
 Each measurement runs in a fresh subprocess (so CPU and RSS are that process's alone), against the
-emulator in simulated-run mode in another process. Job ends are staggered over ``--spread`` seconds.
+emulator in simulated-run mode in another process. The N jobs are submitted held (``#EMULATOR hold=1``:
+RUNNING, their clock not started); once the emulator has seen every job polled at least once (every
+trigger of the run is polling, however long its start-up took), it starts their clocks and the job ends
+come staggered over the next ``--spread`` seconds. So every mode waits through the same job ends.
 
 Modes:
 
@@ -16,15 +19,17 @@ Modes:
   wait the emulator expires every access token and its token endpoint then answers only after S seconds;
   the event-loop lag is reported for that window too.
 
-Figures: API calls per tick and in total (for the baseline also what it is meant to make: one call per
-job per tick until it sees the job end), CPU seconds, peak RSS and RSS per waiting trigger, event-loop
-lag p50/p99 (a 10 ms sleep probe), detection latency (planned job end -> event) p50/p95, token fetches.
+Figures: the start-up (first trigger started -> clocks released), API calls per tick and in total from
+the release on (and ``nominal``: one call per job per tick until the job ended, what the baseline is
+meant to make; ``all calls``: the whole run, start-up included), CPU seconds from the release on and over
+the whole run, peak RSS and RSS per waiting trigger, event-loop lag p50/p99 (a 10 ms sleep probe, whole
+run), detection latency (job end, from the release -> event) p50/p95, token fetches.
 
 CPU s is the measured process's CPU time (user + system, every thread: the event loop and the workers
-that refresh tokens), from the first trigger's start to the last trigger's event, counted the same way in
-every mode; it excludes interpreter start-up, imports and submitting the jobs. It includes the lag probe
-(100 wake-ups a second in every mode). Then the provider's import cost and a hook round trip against a
-bare ``requests.post``.
+that refresh tokens; sampled twice a second to cut at the release), up to the last trigger's event,
+counted the same way in every mode; it excludes interpreter start-up, imports and submitting the jobs.
+It includes the lag probe (100 wake-ups a second in every mode). Then the provider's import cost and a
+hook round trip against a bare ``requests.post``.
 """
 
 from __future__ import annotations
