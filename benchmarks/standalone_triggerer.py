@@ -34,8 +34,10 @@ import json
 import os
 import re
 import sqlite3
+import subprocess
 import sys
 import tempfile
+import threading
 import time
 from datetime import datetime
 from pathlib import Path
@@ -55,7 +57,7 @@ from airflow.sdk import DAG
 
 from airflow_provider_slurmapi.sensors.slurmapi import SlurmJobSensor
 
-with DAG({dag_id!r}, schedule=None, start_date=datetime(2024, 1, 1), catchup=False, max_active_tasks={n}):
+with DAG({dag_id!r}, schedule=None, start_date=datetime(2024, 1, 1), catchup=False, max_active_tasks={n}) as dag:
     for job_id in range(1, {n} + 1):
         SlurmJobSensor(
             task_id=f"wait_{{job_id}}", job_id=job_id, deferrable=True, poke_interval={interval}, timeout=3600
@@ -84,6 +86,44 @@ def _trace(phase, info):
 if _out:
     gc.callbacks.append(_trace)
 """
+
+
+# Airflow's share, measured in a fresh interpreter: with start_from_trigger, Airflow 3.3 sends each trigger
+# the whole serialized DAG and deserializes it in the event loop for each trigger (the triggerer's
+# ``create_runtime_ti``); the trigger's task instance then holds that copy of the DAG.
+DAG_COST = """
+import gc, importlib.util, json, sys, time
+import psutil
+from airflow.serialization.serialized_objects import DagSerialization
+
+spec = importlib.util.spec_from_file_location("bench_dag", sys.argv[1])
+module = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(module)
+data = json.loads(json.dumps(DagSerialization.to_dict(module.dag)))
+copies, took = [], []
+gc.collect()
+before = psutil.Process().memory_full_info().uss
+for _ in range(int(sys.argv[2])):
+    start = time.perf_counter()
+    copies.append(DagSerialization.from_dict(data).get_task("wait_1"))
+    took.append(time.perf_counter() - start)
+gc.collect()
+after = psutil.Process().memory_full_info().uss
+text = json.dumps(data)
+raw = [json.loads(text) for _ in range(len(copies))]  # the workloads' dag_data, as the runner decodes them
+gc.collect()
+held = psutil.Process().memory_full_info().uss
+print(json.dumps({"uss_per_copy": (after - before) / len(copies), "seconds": sorted(took)[len(took) // 2],
+                  "json_bytes": len(text), "uss_per_dag_data": (held - after) / len(raw)}))
+"""
+
+
+def airflow_dag_cost(dag_file: Path, copies: int = 20) -> dict[str, float]:
+    """USS per deserialized copy of the benchmark's DAG and seconds per deserialization (median)."""
+    done = subprocess.run(
+        [sys.executable, "-c", DAG_COST, str(dag_file), str(copies)], capture_output=True, text=True, check=True
+    )
+    return json.loads(done.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
 
 
 def gc_passes(folder: Path, pid: int) -> list[tuple[float, int, float]]:
@@ -145,11 +185,49 @@ def memory(procs: list[Any]) -> dict[str, dict[str, int]]:
     return found
 
 
-def blocked_warnings(log: Path, phases: list[tuple[str, float]], gc: list[tuple[float, int, float]]) -> dict[str, Any]:
-    """The triggerer's "async thread was blocked" warnings: durations, how many in each phase, and how
-    many came with a GC pass of the trigger runner of at least half their length inside the blocked time."""
+class LoopThreadSampler:
+    """Samples the trigger runner's main thread (its event loop) from ``/proc/<pid>/task/<pid>/schedstat``
+    every 50 ms: nanoseconds on a CPU and nanoseconds waiting in the run queue for one."""
+
+    def __init__(self, pid: int) -> None:
+        self.path = Path(f"/proc/{pid}/task/{pid}/schedstat")
+        self.samples: list[tuple[float, int, int]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.05):
+            try:
+                on_cpu, waiting, _ = self.path.read_text().split()
+            except (OSError, ValueError):
+                return
+            self.samples.append((time.time(), int(on_cpu), int(waiting)))
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def shares(self, start: float, end: float) -> tuple[float, float] | None:
+        """Of the wall time from ``start`` to ``end``: the share on a CPU, the share waiting for one."""
+        inside = [s for s in self.samples if start <= s[0] <= end]
+        if len(inside) < 2:
+            return None
+        (t0, cpu0, wait0), (t1, cpu1, wait1) = inside[0], inside[-1]
+        wall = (t1 - t0) * 1e9
+        return (cpu1 - cpu0) / wall, (wait1 - wait0) / wall
+
+
+def blocked_warnings(
+    log: Path, phases: list[tuple[str, float]], gc: list[tuple[float, int, float]], loop: LoopThreadSampler
+) -> dict[str, Any]:
+    """The triggerer's "async thread was blocked" warnings: durations, how many in each phase, how many
+    came with a GC pass of the trigger runner of at least half their length inside the blocked time, and
+    what the loop's thread did meanwhile: ran Python (on a CPU), waited for a CPU (the machine was busy), or
+    neither (a blocking call that sleeps: I/O, a lock)."""
     counts = {name: 0 for name, _ in phases}
     with_gc = {name: 0 for name, _ in phases}
+    spent = {name: [0.0, 0.0, 0.0] for name, _ in phases}
     durations: list[float] = []
     slow: dict[str, list[float]] = {}
     for line in log.read_text(errors="replace").splitlines():
@@ -167,6 +245,11 @@ def blocked_warnings(log: Path, phases: list[tuple[str, float]], gc: list[tuple[
                 at - blocked - 0.5 <= end <= at + 0.5 and took >= blocked / 2 for end, _, took in gc
             ):
                 with_gc[phase] += 1
+            share = loop.shares(at - blocked, at) if at is not None else None
+            if share is not None:
+                on_cpu, queued = min(1.0, share[0]), min(1.0, share[1])
+                for i, part in enumerate((on_cpu, queued, max(0.0, 1.0 - on_cpu - queued))):
+                    spent[phase][i] += part * blocked
         callback = _SLOW_CALLBACK.search(line)
         if callback:
             slow.setdefault(re.sub(r" at 0x[0-9a-f]+|\(\d+\)|<Task [^ ]+ ", "", callback.group(1))[:160], []).append(
@@ -177,6 +260,7 @@ def blocked_warnings(log: Path, phases: list[tuple[str, float]], gc: list[tuple[
         "durations": durations,
         "phases": counts,
         "with_gc": with_gc,
+        "spent": spent,
         "slow_callbacks": slow,
     }
 
@@ -247,6 +331,7 @@ def main(n: int = 500, interval: float = 5.0, spread: float = 120.0, asyncio_deb
         procs = wait_for("the triggerer process", lambda: triggerer_processes(sid), timeout=60)
         _, rss_idle = usage(procs)
         mem_idle = memory(procs)
+        loop = LoopThreadSampler(next(p.pid for p in procs if not p.children()))
         print(f"airflow standalone up; triggerer RSS {rss_idle / 2**20:.0f} MB with no trigger", file=sys.stderr)
         dag_run_at = time.time()
         run_id = airflow.trigger(DAG_ID, timeout=300)
@@ -290,9 +375,11 @@ def main(n: int = 500, interval: float = 5.0, spread: float = 120.0, asyncio_deb
         calls = calls_between(emulator.log, start, end)
         runner_pid = next(p.pid for p in procs if not p.children())
         gc = gc_passes(trace, runner_pid)
+        loop.stop()
         blocked = blocked_warnings(
-            airflow.log, [("before the DAG run", 0.0), ("triggers starting", dag_run_at), ("waiting", start)], gc
+            airflow.log, [("before the DAG run", 0.0), ("triggers starting", dag_run_at), ("waiting", start)], gc, loop
         )
+    dag_cost = airflow_dag_cost(dags / "bench_waiting_at_scale.py")
     latencies = [detected[t] - planned_end[t] for t in detected]
     ticks = max(1.0, (end - start) / interval)
     figures = {
@@ -313,6 +400,7 @@ def main(n: int = 500, interval: float = 5.0, spread: float = 120.0, asyncio_deb
         "detect_p95_s": pct(latencies, 0.95),
         "blocked_loop_warnings": blocked,
         "runner_gc_passes": gc,
+        "airflow_dag_copy": dag_cost,
     }
     runner_idle, runner_waiting = mem_idle["runner"], mem_waiting["runner"]
     sup = mem_waiting.get("supervisor", {"pss": 0, "uss": 0})
@@ -337,6 +425,18 @@ def main(n: int = 500, interval: float = 5.0, spread: float = 120.0, asyncio_deb
         f"max {max((g[2] for g in gc), default=0):.2f}s, total {sum(g[2] for g in gc):.1f}s; while waiting: "
         f"{sum(1 for g in gc if g[0] >= start)}, total {sum(g[2] for g in gc if g[0] >= start):.1f}s"
     )
+    print(
+        f"  Airflow's copy of this DAG per start_from_trigger trigger (in a fresh interpreter): "
+        f"{dag_cost['uss_per_copy'] / 1024:.0f} KB USS, {1000 * dag_cost['seconds']:.0f} ms to deserialize, "
+        f"{dag_cost['json_bytes'] / 1024:.0f} KB serialized, {dag_cost['uss_per_dag_data'] / 1024:.0f} KB USS "
+        "as the decoded dag_data each workload carries"
+    )
+    for phase, (on_cpu, queued, other) in blocked["spent"].items():
+        if on_cpu + queued + other:
+            print(
+                f"  blocked time {phase}: {on_cpu + queued + other:.1f}s, of it the loop's thread on a CPU "
+                f"{on_cpu:.1f}s, waiting for a CPU {queued:.1f}s, neither (sleeping in a blocking call) {other:.1f}s"
+            )
     for callback, took in sorted(blocked["slow_callbacks"].items(), key=lambda kv: -sum(kv[1]))[:10]:
         print(f"  slow callback x{len(took)}, max {max(took):.2f}s, total {sum(took):.1f}s: {callback}")
 

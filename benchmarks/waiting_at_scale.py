@@ -279,6 +279,10 @@ def run_case(
     assert child.stdout is not None
     hello = json.loads(child.stdout.readline())
     started = hello["started"]
+    # Read the child's output (its log lines, then the figures) all along: a full pipe would stop its loop.
+    output: list[str] = []
+    reader = threading.Thread(target=lambda: output.extend(child.stdout or ()), daemon=True)
+    reader.start()
     emu.ask(f"release-when-polled {before['calls']} {' '.join(map(str, hello['job_ids']))}")
     window = None
     if slow is not None:
@@ -289,7 +293,8 @@ def run_case(
             released = emu.ask("released")["at"]
         window = (released + slow[0], released + slow[0] + slow[1] + interval)
         emu.ask(f"slow-token {window[0]} {slow[1]}")
-    figures = json.loads(child.stdout.read().strip().splitlines()[-1])
+    reader.join()
+    figures = json.loads(output[-1])
     if child.wait() != 0:
         raise RuntimeError(f"the {mode} N={n} measurement failed")
     release = emu.ask("released")
