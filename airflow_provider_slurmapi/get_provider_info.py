@@ -12,7 +12,7 @@ _FORMATS = {"keyfile_dict": "password", "endpoint": "url"}
 
 
 def _conn_fields() -> dict[str, Any]:
-    from airflow_provider_slurmapi.api.connection import CONNECTION_FIELDS
+    from airflow_provider_slurmapi.api.fields import CONNECTION_FIELDS
 
     fields: dict[str, Any] = {}
     for name, (label, description) in CONNECTION_FIELDS.items():
@@ -24,7 +24,7 @@ def _conn_fields() -> dict[str, Any]:
 
 
 def _ui_field_behaviour() -> dict[str, Any]:
-    from airflow_provider_slurmapi.api.connection import ui_field_behaviour
+    from airflow_provider_slurmapi.api.fields import ui_field_behaviour
 
     behaviour = ui_field_behaviour()
     return {

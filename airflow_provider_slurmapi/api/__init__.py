@@ -10,26 +10,52 @@ Usable on its own from a notebook or a script::
 
 from __future__ import annotations
 
-from airflow_provider_slurmapi.api.envelope import ClusterRef, SlurmReply
-from airflow_provider_slurmapi.api.errors import (
-    GoogleApiError,
-    SlurmApiError,
-    SlurmJobApiError,
-    SlurmJobFailedError,
-    SlurmJobNotFoundError,
-    SlurmJobSpecError,
-    SlurmRequestRejectedError,
-    SlurmTransportError,
-)
-from airflow_provider_slurmapi.api.jobs import JobSpec, JobState, SlurmJob
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from airflow_provider_slurmapi.api.client import AsyncSlurmJobApiClient, SlurmJobApiClient
+    from airflow_provider_slurmapi.api.envelope import ClusterRef, SlurmReply
+    from airflow_provider_slurmapi.api.errors import (
+        GoogleApiError,
+        SlurmApiError,
+        SlurmJobApiError,
+        SlurmJobFailedError,
+        SlurmJobNotFoundError,
+        SlurmJobSpecError,
+        SlurmRequestRejectedError,
+        SlurmTransportError,
+    )
+    from airflow_provider_slurmapi.api.jobs import JobSpec, JobState, SlurmJob
+
+# Where each name lives. Nothing is imported with the package: Airflow's providers manager imports
+# ``api.fields`` in every Airflow process, and a DAG file pays only for the modules it uses.
+_HOMES = {
+    "AsyncSlurmJobApiClient": "client",
+    "SlurmJobApiClient": "client",
+    "ClusterRef": "envelope",
+    "SlurmReply": "envelope",
+    "GoogleApiError": "errors",
+    "SlurmApiError": "errors",
+    "SlurmJobApiError": "errors",
+    "SlurmJobFailedError": "errors",
+    "SlurmJobNotFoundError": "errors",
+    "SlurmJobSpecError": "errors",
+    "SlurmRequestRejectedError": "errors",
+    "SlurmTransportError": "errors",
+    "JobSpec": "jobs",
+    "JobState": "jobs",
+    "SlurmJob": "jobs",
+}
 
 __all__ = [
+    "AsyncSlurmJobApiClient",
     "ClusterRef",
     "GoogleApiError",
     "JobSpec",
     "JobState",
     "SlurmApiError",
     "SlurmJob",
+    "SlurmJobApiClient",
     "SlurmJobApiError",
     "SlurmJobFailedError",
     "SlurmJobNotFoundError",
@@ -40,10 +66,10 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> object:
-    # The clients pull in requests/httpx/google-auth; load them only when asked for.
-    if name in ("SlurmJobApiClient", "AsyncSlurmJobApiClient"):
-        from airflow_provider_slurmapi.api import client
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
 
-        return getattr(client, name)
-    raise AttributeError(name)
+    return getattr(importlib.import_module(f"{__name__}.{home}"), name)

@@ -26,12 +26,12 @@ from airflow_provider_slurmapi.api.errors import (
     SlurmJobApiError,
     SlurmTransportError,
 )
+from airflow_provider_slurmapi.api.fields import DEFAULT_TIMEOUT
 from airflow_provider_slurmapi.api.jobs import JobSpec, JobState, SlurmJob
 from airflow_provider_slurmapi.api.reattach import SubmitOutcome, TaskTry, submit_once
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
-DEFAULT_TIMEOUT = 60.0
 _DETECTED: dict[str, str] = {}
 Target = ClusterRef | SlurmrestdRef
 _DETECTED_LOCK = threading.Lock()

@@ -13,33 +13,12 @@ from urllib.parse import urlsplit
 
 from airflow_provider_slurmapi.api import versions
 from airflow_provider_slurmapi.api.auth import CLOUD_PLATFORM_SCOPE, AuthConfig, parse_chain
-from airflow_provider_slurmapi.api.client import DEFAULT_TIMEOUT, RetryPolicy
+from airflow_provider_slurmapi.api.client import RetryPolicy
 from airflow_provider_slurmapi.api.direct import SlurmrestdRef
 from airflow_provider_slurmapi.api.envelope import ClusterRef, is_loopback
 from airflow_provider_slurmapi.api.errors import SlurmJobSpecError
+from airflow_provider_slurmapi.api.fields import CONNECTION_FIELDS, DEFAULT_TIMEOUT
 
-# The connection's extra fields: name -> (label, description). One list for every UI generation.
-CONNECTION_FIELDS: dict[str, tuple[str, str]] = {
-    "project_id": ("Project ID", "Google Cloud project that owns the cluster"),
-    "region": ("Region", "Region of the cluster, e.g. us-central1"),
-    "cluster_id": ("Cluster ID", "ID of the model development cluster"),
-    "api_version": ("Slurm REST API version", "v0.0.40 .. v0.0.44, or auto (default v0.0.42)"),
-    "endpoint": ("Endpoint override", "Default https://REGION-aiplatform.googleapis.com"),
-    "key_path": ("Key file path", "Service-account key file; empty = Application Default Credentials"),
-    "keyfile_dict": ("Key file JSON", "Service-account key JSON (kept secret)"),
-    "impersonation_chain": ("Impersonation chain", "Service accounts to impersonate, comma separated"),
-    "scopes": ("Scopes", "Comma-separated OAuth scopes (default cloud-platform)"),
-    "quota_project_id": ("Quota project", "Project billed for API quota"),
-    "universe_domain": ("Universe domain", "Default googleapis.com"),
-    "timeout": ("Timeout (seconds)", "Per-call HTTP timeout (default 60)"),
-    "retries": ("Retries", "Retries of a transiently failed GET/DELETE, with backoff (default 4)"),
-    "retry_delay": ("First retry delay (seconds)", "Doubles on each retry, with jitter (default 1)"),
-    "job_link_template": ("Job link template", "URL for the job link, with {job_id}, {cluster_id}, ..."),
-    "slurmrestd_url": ("slurmrestd URL (direct)", "Call an on-premises slurmrestd directly instead of Google"),
-    "slurm_user": ("Slurm user (direct)", "X-SLURM-USER-NAME; default the connection's login"),
-    "slurm_jwt": ("Slurm JWT (direct)", "X-SLURM-USER-TOKEN; default the connection's password"),
-}
-SECRET_FIELDS = frozenset({"keyfile_dict", "slurm_jwt"})
 _PREFIX = "extra__slurmapi__"
 
 
@@ -210,21 +189,3 @@ def _timeout(value: Any) -> float:
     if isinstance(value, bool) or timeout <= 0:
         raise SlurmJobSpecError("timeout", f"{value!r} is not a positive number", "Give seconds, e.g. 60.")
     return timeout
-
-
-def ui_field_behaviour() -> dict[str, Any]:
-    return {
-        "hidden_fields": ["host", "schema", "port", "extra"],
-        "relabeling": {
-            "login": "Slurm user (direct slurmrestd only)",
-            "password": "Slurm JWT (direct slurmrestd only)",
-        },
-        "placeholders": {
-            "project_id": "my-project",
-            "region": "us-central1",
-            "cluster_id": "my-cluster",
-            "api_version": versions.DEFAULT_VERSION,
-            "key_path": "/path/to/key.json",
-            "timeout": str(int(DEFAULT_TIMEOUT)),
-        },
-    }

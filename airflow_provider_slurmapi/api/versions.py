@@ -17,9 +17,9 @@ import urllib.parse
 from collections.abc import Iterable
 
 from airflow_provider_slurmapi.api.errors import SlurmJobSpecError
+from airflow_provider_slurmapi.api.fields import DEFAULT_VERSION as DEFAULT_VERSION  # its home is api.fields
 
 SUPPORTED_VERSIONS: tuple[str, ...] = ("v0.0.40", "v0.0.41", "v0.0.42", "v0.0.43", "v0.0.44")
-DEFAULT_VERSION = "v0.0.42"
 AUTO = "auto"
 
 _JOB_ID = re.compile(r"^[0-9]+(_[0-9]+)?$")

@@ -328,6 +328,16 @@ class SlurmJobApiEmulator:
         self._simulated("purge")
         self._cluster.purge(job_id)
 
+    def release_held(self) -> int:
+        """Start the clock of the held simulated runs.
+
+        A simulated job whose script says ``#EMULATOR hold=1`` runs (RUNNING) until this is called, and
+        ends its ``runtime`` after it; returns how many runs were released. The benchmark uses it to start
+        the job ends only once every waiting trigger polls.
+        """
+        self._simulated("release_held")
+        return self._cluster.release_held()
+
     def fail_job(self, job_id: int, state: str = "NODE_FAIL", requeue: bool = False) -> None:
         """A running job's node fails (or it is preempted): ``state``, or back to PENDING if ``requeue``."""
         self._simulated("fail_job")

@@ -75,6 +75,8 @@ class Cluster:
         self.spawned_pids: list[int] = []
         self._reaper = Reaper()
         self._timers: list[tuple[float, int, int, int, str]] = []
+        # Simulated runs started with ``#EMULATOR hold=1``: (job, token, runtime), clock not started yet.
+        self._held: list[tuple[Job, int, float]] = []
         self._seq = itertools.count()
         self._next_id = 1
         self._dirty = False
@@ -256,6 +258,18 @@ class Cluster:
             for job in self._arrays.get(job_id) or [self._jobs[job_id]]:
                 job.in_queue = False
             self.changed.notify_all()
+
+    def release_held(self) -> int:
+        """Start the clock of every held simulated run (``#EMULATOR hold=1``): each ends ``runtime`` from now."""
+        with self.lock:
+            now = time.monotonic()
+            held, self._held = self._held, []
+            released = 0
+            for job, token, runtime in held:
+                if job.token == token and job.is_running:
+                    self._push_timer(now + runtime, job, "sim_end")
+                    released += 1
+            return released
 
     def fail_job(self, job_id: int, state: str, requeue: bool) -> None:
         """A node failure or preemption of a running job, optionally requeued like Slurm does."""
@@ -485,8 +499,12 @@ class Cluster:
         if job.request.time_limit is not None:
             self._push_timer(now + job.request.time_limit * self.minute_seconds, job, "time_limit")
         if self.simulate:
-            runtime = float(job.request.directives().get("runtime", "1.0") or 1.0)
-            self._push_timer(now + runtime, job, "sim_end")
+            directives = job.request.directives()
+            runtime = float(directives.get("runtime", "1.0") or 1.0)
+            if directives.get("hold", "0") not in ("", "0"):
+                self._held.append((job, job.token, runtime))
+            else:
+                self._push_timer(now + runtime, job, "sim_end")
             return
         try:
             job.proc = self._spawn(job)

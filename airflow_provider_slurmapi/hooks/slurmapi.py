@@ -4,28 +4,26 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow.providers.common.compat.sdk import BaseHook
 
-from airflow_provider_slurmapi.api import operations as ops
-from airflow_provider_slurmapi.api.client import AsyncSlurmJobApiClient, SlurmJobApiClient
-from airflow_provider_slurmapi.api.connection import (
-    CONNECTION_FIELDS,
-    SECRET_FIELDS,
-    SETTINGS_CACHE,
-    ConnectionSettings,
-    settings_from_extra,
-    ui_field_behaviour,
-)
 from airflow_provider_slurmapi.api.errors import (
     SlurmJobApiError,
     SlurmJobSpecError,
     SlurmJobWaitTimeoutError,
 )
+from airflow_provider_slurmapi.api.fields import CONNECTION_FIELDS, SECRET_FIELDS, ui_field_behaviour
 from airflow_provider_slurmapi.api.jobs import JobSpec, SlurmJob
-from airflow_provider_slurmapi.api.reattach import SubmitOutcome, TaskTry
 from airflow_provider_slurmapi.api.watch import DEFAULT_ERROR_BUDGET, Deadline, JobWatch, outcome_text
+
+if TYPE_CHECKING:
+    # The clients and the connection parsing load only when a hook first talks to the API (execute
+    # time), not when a DAG file imports the operators.
+    from airflow_provider_slurmapi.api import operations as ops
+    from airflow_provider_slurmapi.api.client import AsyncSlurmJobApiClient, SlurmJobApiClient
+    from airflow_provider_slurmapi.api.connection import ConnectionSettings
+    from airflow_provider_slurmapi.api.reattach import SubmitOutcome, TaskTry
 
 
 def default_deferrable() -> bool:
@@ -59,6 +57,8 @@ class SlurmJobApiHook(BaseHook):
     def settings(self) -> ConnectionSettings:
         """The connection's checked settings (read once)."""
         if self._settings is None:
+            from airflow_provider_slurmapi.api.connection import SETTINGS_CACHE
+
             conn = self.get_connection(self.slurmapi_conn_id)
             key = self._cache_key(conn)
             self._settings = SETTINGS_CACHE.get(key) or SETTINGS_CACHE.put(key, self._parse(conn, conn.extra_dejson))
@@ -67,6 +67,8 @@ class SlurmJobApiHook(BaseHook):
     def get_conn(self) -> SlurmJobApiClient:
         """The blocking client, created once per hook."""
         if self._client is None:
+            from airflow_provider_slurmapi.api.client import SlurmJobApiClient
+
             settings = self.settings
             self._client = SlurmJobApiClient(settings.cluster, **settings.client_kwargs())
         return self._client
@@ -83,6 +85,8 @@ class SlurmJobApiHook(BaseHook):
                 get_async_extra_dejson,
             )
 
+            from airflow_provider_slurmapi.api.connection import SETTINGS_CACHE
+
             conn = await get_async_connection(self.slurmapi_conn_id, self)
             key = self._cache_key(conn)
             settings = SETTINGS_CACHE.get(key)
@@ -94,13 +98,19 @@ class SlurmJobApiHook(BaseHook):
         return self._settings
 
     def _cache_key(self, conn: Any) -> str:
+        from airflow_provider_slurmapi.api.connection import SETTINGS_CACHE
+
         return SETTINGS_CACHE.key(self.slurmapi_conn_id, conn.extra, conn.login, conn.password)
 
     def _parse(self, conn: Any, extra: Mapping[str, Any]) -> ConnectionSettings:
+        from airflow_provider_slurmapi.api.connection import settings_from_extra
+
         return settings_from_extra(extra, self.slurmapi_conn_id, login=conn.login, password=conn.password)
 
     async def get_async_conn(self) -> AsyncSlurmJobApiClient:
         """A non-blocking client (the caller closes it with ``aclose``)."""
+        from airflow_provider_slurmapi.api.client import AsyncSlurmJobApiClient
+
         settings = await self.aget_settings()
         return AsyncSlurmJobApiClient(settings.cluster, **settings.client_kwargs())
 

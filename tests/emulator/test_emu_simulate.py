@@ -29,6 +29,18 @@ def test_simulated_cancel_and_timeout(api: Api, emu: SlurmJobApiEmulator) -> Non
     assert emu.wait_for_state(limited, "TIMEOUT", 5)["reason"] == "TimeLimit"
 
 
+@pytest.mark.slurmapi_emulator(simulate=True)
+def test_held_runs_start_their_clock_when_released(api: Api, emu: SlurmJobApiEmulator) -> None:
+    held = api.submit("#!/bin/bash\n#EMULATOR runtime=0.1 hold=1\n")
+    free = api.submit("#!/bin/bash\n#EMULATOR runtime=0.5\n")
+    emu.wait_for_state(free, "COMPLETED", 5)
+    # Five times its runtime later, the held job still runs: its clock has not started.
+    assert api.state(held) == ["RUNNING"]
+    assert emu.release_held() == 1
+    assert emu.wait_for_state(held, "COMPLETED", 5)["exit_code"] == 0
+    assert emu.release_held() == 0
+
+
 def test_two_thousand_jobs(tmp_path_factory: pytest.TempPathFactory) -> None:
     with SlurmJobApiEmulator(
         simulate=True, partitions={"debug": 500}, state_dir=tmp_path_factory.mktemp("load")

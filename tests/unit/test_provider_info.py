@@ -6,7 +6,7 @@ from importlib.metadata import entry_points
 
 import pytest
 
-from airflow_provider_slurmapi.api.connection import CONNECTION_FIELDS
+from airflow_provider_slurmapi.api.fields import CONNECTION_FIELDS
 from airflow_provider_slurmapi.hooks.slurmapi import SlurmJobApiHook
 
 

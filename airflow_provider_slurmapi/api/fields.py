@@ -1,0 +1,54 @@
+"""A slurmapi connection's fields for Airflow's connection form: cheap to import, nothing else loaded.
+
+Airflow's providers manager calls ``get_provider_info`` in every Airflow process (the scheduler, the
+DAG processor, each task), so what it needs lives here, away from the clients and their dependencies.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+DEFAULT_TIMEOUT = 60.0
+# The Slurm REST version a connection uses when its extra names none (``api.versions`` re-exports it).
+DEFAULT_VERSION = "v0.0.42"
+
+# The connection's extra fields: name -> (label, description). One list for every UI generation.
+CONNECTION_FIELDS: dict[str, tuple[str, str]] = {
+    "project_id": ("Project ID", "Google Cloud project that owns the cluster"),
+    "region": ("Region", "Region of the cluster, e.g. us-central1"),
+    "cluster_id": ("Cluster ID", "ID of the model development cluster"),
+    "api_version": ("Slurm REST API version", "v0.0.40 .. v0.0.44, or auto (default v0.0.42)"),
+    "endpoint": ("Endpoint override", "Default https://REGION-aiplatform.googleapis.com"),
+    "key_path": ("Key file path", "Service-account key file; empty = Application Default Credentials"),
+    "keyfile_dict": ("Key file JSON", "Service-account key JSON (kept secret)"),
+    "impersonation_chain": ("Impersonation chain", "Service accounts to impersonate, comma separated"),
+    "scopes": ("Scopes", "Comma-separated OAuth scopes (default cloud-platform)"),
+    "quota_project_id": ("Quota project", "Project billed for API quota"),
+    "universe_domain": ("Universe domain", "Default googleapis.com"),
+    "timeout": ("Timeout (seconds)", "Per-call HTTP timeout (default 60)"),
+    "retries": ("Retries", "Retries of a transiently failed GET/DELETE, with backoff (default 4)"),
+    "retry_delay": ("First retry delay (seconds)", "Doubles on each retry, with jitter (default 1)"),
+    "job_link_template": ("Job link template", "URL for the job link, with {job_id}, {cluster_id}, ..."),
+    "slurmrestd_url": ("slurmrestd URL (direct)", "Call an on-premises slurmrestd directly instead of Google"),
+    "slurm_user": ("Slurm user (direct)", "X-SLURM-USER-NAME; default the connection's login"),
+    "slurm_jwt": ("Slurm JWT (direct)", "X-SLURM-USER-TOKEN; default the connection's password"),
+}
+SECRET_FIELDS = frozenset({"keyfile_dict", "slurm_jwt"})
+
+
+def ui_field_behaviour() -> dict[str, Any]:
+    return {
+        "hidden_fields": ["host", "schema", "port", "extra"],
+        "relabeling": {
+            "login": "Slurm user (direct slurmrestd only)",
+            "password": "Slurm JWT (direct slurmrestd only)",
+        },
+        "placeholders": {
+            "project_id": "my-project",
+            "region": "us-central1",
+            "cluster_id": "my-cluster",
+            "api_version": DEFAULT_VERSION,
+            "key_path": "/path/to/key.json",
+            "timeout": str(int(DEFAULT_TIMEOUT)),
+        },
+    }
