@@ -14,7 +14,6 @@ from airflow_provider_slurmapi.api.errors import (
     SlurmJobWaitTimeoutError,
 )
 from airflow_provider_slurmapi.api.fields import CONNECTION_FIELDS, SECRET_FIELDS, ui_field_behaviour
-from airflow_provider_slurmapi.api.jobs import JobSpec, SlurmJob
 from airflow_provider_slurmapi.api.watch import DEFAULT_ERROR_BUDGET, Deadline, JobWatch, outcome_text
 
 if TYPE_CHECKING:
@@ -23,6 +22,7 @@ if TYPE_CHECKING:
     from airflow_provider_slurmapi.api import operations as ops
     from airflow_provider_slurmapi.api.client import AsyncSlurmJobApiClient, SlurmJobApiClient
     from airflow_provider_slurmapi.api.connection import ConnectionSettings
+    from airflow_provider_slurmapi.api.jobs import JobSpec, SlurmJob
     from airflow_provider_slurmapi.api.reattach import SubmitOutcome, TaskTry
 
 
@@ -122,6 +122,8 @@ class SlurmJobApiHook(BaseHook):
 
     def submit_job(self, script: str, job: Mapping[str, Any] | None = None) -> int:
         """Validate and submit a batch job; returns its Slurm job id. Slurm's warnings are logged."""
+        from airflow_provider_slurmapi.api.jobs import JobSpec
+
         return self.submit(JobSpec.build(script, job)).job_id
 
     def submit(self, spec: JobSpec) -> ops.Submitted:
