@@ -273,17 +273,19 @@ class SlurmSubmitJobOperator(BaseOperator):
         hook = self.hook
         try:
             spec = self.build_spec(context)
+            recorded = self._recorded_job_id(context) if self.reattach else None
             outcome = hook.submit_once(
                 spec,
                 self.tag(context),
                 reattach=self.reattach,
                 task_try=self.task_try(context),
-                known_job_id=self._recorded_job_id(context) if self.reattach else None,
+                known_job_id=recorded,
             )
         except SlurmJobApiError as err:
             raise _fail(err, retry_on_job_failure=self.retry_on_job_failure) from None
         self.job_id = outcome.job_id
-        self._record_job_id(context, outcome.job_id)
+        if outcome.job_id != recorded:  # a retry that followed the recorded job has nothing to write
+            self._record_job_id(context, outcome.job_id)
         partition = spec.job.get("partition") or "the default partition"
         verb = "Reattached to" if outcome.reattached else "Submitted"
         name = spec.job.get("name")
