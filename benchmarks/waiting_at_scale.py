@@ -22,13 +22,16 @@ Modes:
 Figures: the start-up (first trigger started -> clocks released), API calls per tick and in total from
 the release on (and ``nominal``: one call per job per tick until the job ended, what the baseline is
 meant to make; ``all calls``: the whole run, start-up included), CPU seconds from the release on and over
-the whole run, peak RSS and RSS per waiting trigger, event-loop lag p50/p99 (a 10 ms sleep probe, whole
+the whole run, peak RSS and RSS per waiting trigger, event-loop lag p50/p99 (a sleep probe, whole
 run), detection latency (job end, from the release -> event) p50/p95, token fetches.
 
 CPU s is the measured process's CPU time (user + system, every thread: the event loop and the workers
 that refresh tokens; sampled twice a second to cut at the release), up to the last trigger's event,
 counted the same way in every mode; it excludes interpreter start-up, imports and submitting the jobs.
-It includes the lag probe (100 wake-ups a second in every mode). Then the provider's import cost and a
+It includes the lag probe: ``--probe-hz`` wake-ups a second (default 10) in ``coalesced`` and ``baseline``
+alike, 100 in ``slow-token`` (its 10 s window needs the samples; its CPU is not compared). On a 2-core VM
+one asyncio timer wake-up costs about 0.2 ms of CPU, so a 100 Hz probe alone would be about 5 s over the
+4 minutes, more than the coalesced triggers themselves. Then the provider's import cost and a
 hook round trip against a bare ``requests.post``.
 """
 
@@ -151,7 +154,7 @@ def runtime_of(i: int, n: int, spread: float) -> float:
     return 1.0 + spread * (i + 1) / n
 
 
-def measure(mode: str, n: int, interval: float, spread: float) -> dict[str, Any]:
+def measure(mode: str, n: int, interval: float, spread: float, probe_hz: float) -> dict[str, Any]:
     """Child: submit N held simulated jobs, wait for all of them with N triggers in one loop, report figures.
 
     The jobs' clocks start (``#EMULATOR hold=1``) only when the parent has seen every trigger poll, so
@@ -184,17 +187,31 @@ def measure(mode: str, n: int, interval: float, spread: float) -> dict[str, Any]
         while not sampling.wait(0.5):
             cpu_samples.append((time.time(), time.process_time()))
 
+    period = 1.0 / probe_hz
+
     async def lag_probe(stop: asyncio.Event) -> None:
         while not stop.is_set():
             start = time.perf_counter()
-            await asyncio.sleep(0.01)
-            lags.append((time.time(), time.perf_counter() - start - 0.01))
+            await asyncio.sleep(period)
+            lags.append((time.time(), time.perf_counter() - start - period))
+
+    profile = os.environ.get("BENCH_PROFILE")
+    profiler = None
+    if profile:
+        import cProfile
+
+        profiler = cProfile.Profile()
+
+    def ended(job_id: int) -> None:
+        if profiler is not None and not events:
+            profiler.enable()  # the profile covers the job ends (from the first event on), not the start-up
+        events[job_id] = time.time()
 
     async def trigger(job_id: int) -> None:
         wait = SlurmJobTrigger(job_id, poll_interval=interval, coalesce=True)
         async for event in wait.run():
             assert event.payload["status"] == "success", event.payload
-            events[job_id] = time.time()
+            ended(job_id)
             return
 
     async def usual_provider(job_id: int) -> None:
@@ -205,7 +222,7 @@ def measure(mode: str, n: int, interval: float, spread: float) -> dict[str, Any]
         async with AsyncSlurmJobApiClient(settings.cluster, tokens=tokens, **settings.client_kwargs()) as client:
             while not (await client.get_job(job_id)).state.is_terminal:
                 await asyncio.sleep(interval)
-        events[job_id] = time.time()
+        ended(job_id)
 
     wait_one = usual_provider if mode == "baseline" else trigger
 
@@ -216,13 +233,6 @@ def measure(mode: str, n: int, interval: float, spread: float) -> dict[str, Any]
         stop.set()
         await probe
 
-    profile = os.environ.get("BENCH_PROFILE")
-    profiler = None
-    if profile:
-        import cProfile
-
-        profiler = cProfile.Profile()
-        profiler.enable()
     print(json.dumps({"started": time.time(), "job_ids": list(runtimes)}), flush=True)
     sampler = threading.Thread(target=sample_cpu, daemon=True)
     sampler.start()
@@ -264,12 +274,18 @@ def cpu_at(samples: list[tuple[float, float]], at: float) -> float:
 
 
 def run_case(
-    emu: EmulatorProcess, mode: str, n: int, interval: float, spread: float, slow: tuple[float, float] | None = None
+    emu: EmulatorProcess,
+    mode: str,
+    n: int,
+    interval: float,
+    spread: float,
+    slow: tuple[float, float] | None = None,
+    probe_hz: float = 10.0,
 ) -> dict[str, Any]:
     before = emu.stats()
     env = dict(os.environ, AIRFLOW_CONN_SLURMAPI_DEFAULT=emu.conn, PYTHONPATH=str(ROOT))
     child = subprocess.Popen(
-        [PY, __file__, "--measure", mode, str(n), str(interval), str(spread)],
+        [PY, __file__, "--measure", mode, str(n), str(interval), str(spread), str(probe_hz)],
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
@@ -433,7 +449,13 @@ def main() -> None:
     parser.add_argument("--slow-token", type=float, default=5.0, help="token endpoint delay in the slow-token run")
     parser.add_argument("--slow-token-at", type=float, default=60.0, help="seconds into the wait it starts")
     parser.add_argument("--slow-token-n", type=int, default=2000, help="N of the slow-token run (0: none)")
-    parser.add_argument("--profile", metavar="DIR", help="write a cProfile of each measured process to DIR")
+    parser.add_argument("--probe-hz", type=float, default=10.0, help="event-loop lag probe rate (slow-token run: 100)")
+    parser.add_argument(
+        "--skip-extras", action="store_true", help="skip the import-cost and round-trip figures (quicker runs)"
+    )
+    parser.add_argument(
+        "--profile", metavar="DIR", help="write a cProfile of each measured process (from its first job end on) to DIR"
+    )
     parser.add_argument("--standalone", type=int, metavar="N", help="N sensors in a real airflow standalone")
     args = parser.parse_args()
     if args.standalone:
@@ -452,10 +474,11 @@ def main() -> None:
             cases.append(("slow-token", args.slow_token_n))
         for mode, n in cases:
             slow = (args.slow_token_at, args.slow_token) if mode == "slow-token" else None
-            rows.append(run_case(emu, mode, n, args.interval, args.spread, slow))
+            hz = 100.0 if mode == "slow-token" else args.probe_hz
+            rows.append(run_case(emu, mode, n, args.interval, args.spread, slow, hz))
             print(f"  measured {mode:10} N={n}", file=sys.stderr, flush=True)
-        imports = import_cost()
-        bare_ms, hook_ms = round_trip(emu)
+        imports = None if args.skip_extras else import_cost()
+        bare_ms, hook_ms = (0.0, 0.0) if args.skip_extras else round_trip(emu)
     finally:
         emu.close()
     print(
@@ -495,6 +518,8 @@ def main() -> None:
                 f"p50 {r['slow_lag_p50_ms']:.1f}ms, p99 {r['slow_lag_p99_ms']:.1f}ms, "
                 f"max {r['slow_lag_max_ms']:.1f}ms ({r['slow_samples']} samples)"
             )
+    if imports is None:
+        return
     print(
         f"\nimport airflow.sdk: {imports['base_ms']:.0f} ms wall, {imports['base_cpu_ms']:.0f} ms CPU; the operators "
         f"and the sensor on top: {imports['wall_ms']:+.0f} ms wall, {imports['cpu_ms']:+.0f} ms CPU (medians, "
@@ -511,7 +536,7 @@ if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "--serve-emulator":
         serve_emulator()
     elif len(sys.argv) > 1 and sys.argv[1] == "--measure":
-        _, _, mode, n, interval, spread = sys.argv
-        print(json.dumps(measure(mode, int(n), float(interval), float(spread))))
+        _, _, mode, n, interval, spread, probe_hz = sys.argv
+        print(json.dumps(measure(mode, int(n), float(interval), float(spread), float(probe_hz))))
     else:
         main()

@@ -89,6 +89,20 @@ def test_list_jobs_and_ping():
     assert pong.release == "24.11.5" and pong.responding and pong.cluster == "ci"
 
 
+def test_job_states_batch_of_string_ids_and_array_tasks():
+    # The shared poller passes its ids as strings; an array task's id keeps its "_".
+    _, calls = drive(ops.job_states(V, ["1", "2", "7_3", " 4 "]), ["jobs_state"])
+    assert calls[0].path == "/slurm/v0.0.42/jobs/state/?job_id=1&job_id=2&job_id=7_3&job_id=4"
+
+
+@pytest.mark.parametrize("job_id", ["0", "000", "\uff11\uff12", "1 2", "12&job_id=3", "", "-3"])
+def test_bad_string_ids_are_refused_in_a_batch(job_id):
+    from airflow_provider_slurmapi.api.errors import SlurmJobSpecError
+
+    with pytest.raises(SlurmJobSpecError, match="job_id"):
+        next(ops.job_states(V, ["5", job_id]))
+
+
 @pytest.mark.parametrize("job_id", ["1/../../x", -1, "abc", 0, True, None, 1.5, "12_x"])
 def test_bad_job_ids_are_refused_before_sending(job_id):
     from airflow_provider_slurmapi.api.errors import SlurmJobSpecError
