@@ -12,29 +12,8 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from airflow_provider_slurmapi.api.errors import SlurmJobSpecError
+from airflow_provider_slurmapi.api.states import BASE_STATES, RETRYABLE_STATES, TERMINAL_STATES, UNSETTLED_FLAGS
 from airflow_provider_slurmapi.api.versions import DEFAULT_VERSION, output_is_pattern
-
-BASE_STATES = frozenset(
-    {
-        "PENDING",
-        "RUNNING",
-        "SUSPENDED",
-        "COMPLETED",
-        "CANCELLED",
-        "FAILED",
-        "TIMEOUT",
-        "NODE_FAIL",
-        "PREEMPTED",
-        "BOOT_FAIL",
-        "DEADLINE",
-        "OUT_OF_MEMORY",
-    }
-)
-TERMINAL_STATES = frozenset(BASE_STATES - {"PENDING", "RUNNING", "SUSPENDED"})
-# While any of these flags is set the job is still moving, whatever its base state says.
-UNSETTLED_FLAGS = frozenset({"COMPLETING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "STAGE_OUT"})
-# Failures of the machine rather than of the job: another try may well succeed.
-RETRYABLE_STATES = frozenset({"NODE_FAIL", "BOOT_FAIL", "PREEMPTED"})
 
 
 @dataclass(frozen=True)

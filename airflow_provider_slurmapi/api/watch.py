@@ -10,8 +10,8 @@ from dataclasses import dataclass
 
 from airflow_provider_slurmapi.api.errors import SlurmJobApiError, SlurmJobFailedError, SlurmJobNotFoundError
 from airflow_provider_slurmapi.api.jobs import JobState, SlurmArrayJob, SlurmJob
+from airflow_provider_slurmapi.api.states import DEFAULT_ERROR_BUDGET
 
-DEFAULT_ERROR_BUDGET = 10
 # How many failed tasks of an array an error names one by one (the rest are counted).
 MAX_TASKS_NAMED = 10
 # How long a job known to exist may be missing from both the queue and accounting (slurmdbd lag).

@@ -14,7 +14,7 @@ from airflow_provider_slurmapi.api.errors import (
     SlurmJobWaitTimeoutError,
 )
 from airflow_provider_slurmapi.api.fields import CONNECTION_FIELDS, SECRET_FIELDS, ui_field_behaviour
-from airflow_provider_slurmapi.api.watch import DEFAULT_ERROR_BUDGET, Deadline, JobWatch, outcome_text
+from airflow_provider_slurmapi.api.states import DEFAULT_ERROR_BUDGET
 
 if TYPE_CHECKING:
     # The clients and the connection parsing load only when a hook first talks to the API (execute
@@ -206,6 +206,8 @@ class SlurmJobApiHook(BaseHook):
         :param on_poll: called with each job record seen.
         :param error_budget: consecutive failed polls (each already retried by the client) tolerated.
         """
+        from airflow_provider_slurmapi.api.watch import Deadline, JobWatch, outcome_text
+
         if poll_interval <= 0:
             raise SlurmJobSpecError("poll_interval", f"{poll_interval!r} is not positive", "Give seconds > 0.")
         deadline = Deadline.after(timeout)
