@@ -1,6 +1,6 @@
 """Benchmark: N deferred Slurm jobs watched by one triggerer loop, coalesced vs the usual provider.
 
-Run: ``.venv/bin/python benchmarks/waiting_at_scale.py [--sizes 100,2000] [--interval 5] [--spread 240]``
+Run: ``.venv/bin/python benchmarks/waiting_at_scale.py [--sizes 1,100,1000,2000] [--interval 5] [--spread 240]``
 (``--standalone 500``: the same wait in a real ``airflow standalone`` triggerer, see
 ``benchmarks/standalone_triggerer.py``).
 
@@ -458,7 +458,7 @@ def round_trip(emu: EmulatorProcess, repeats: int = 200) -> tuple[float, float]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--sizes", default="100,2000")
+    parser.add_argument("--sizes", default="1,100,1000,2000", help="the N of each measurement")
     parser.add_argument("--interval", type=float, default=5.0)
     parser.add_argument("--spread", type=float, default=240.0, help="seconds over which job ends are spread")
     parser.add_argument("--baseline-max", type=int, default=2000, help="largest N for the baseline")
