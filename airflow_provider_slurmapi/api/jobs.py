@@ -30,12 +30,10 @@ class JobState:
         A cluster answers with a handful of distinct states, thousands of times per batched poll: the
         parsed (immutable) states are cached by their raw value.
         """
-        if cls is JobState:
-            try:
-                return _parsed_state(tuple(value) if isinstance(value, list) else value)
-            except TypeError:  # an unhashable value (a malformed reply): parse it uncached
-                pass
-        return cls._parse(value)
+        try:
+            return _parsed_state(tuple(value) if isinstance(value, list) else value)
+        except TypeError:  # an unhashable value (a malformed reply): parse it uncached
+            return cls._parse(value)
 
     @classmethod
     def _parse(cls, value: Any) -> JobState:

@@ -1,7 +1,8 @@
 """Slurm's job-state names and the wait's defaults: cheap to import, nothing else loaded.
 
 A DAG file builds sensors and operators whose constructors check states and take these defaults, so
-they live here, away from the job model (``api.jobs`` re-exports them) and the clients.
+they live here, away from the job model (``api.jobs`` and ``api.watch`` still import them from here,
+so their old import paths keep working) and the clients.
 """
 
 from __future__ import annotations

@@ -12,7 +12,8 @@ from airflow_provider_slurmapi.api.client import AsyncSlurmJobApiClient
 from airflow_provider_slurmapi.api.connection import ConnectionSettings
 from airflow_provider_slurmapi.api.errors import SlurmJobApiError
 from airflow_provider_slurmapi.api.jobs import SlurmArrayJob, SlurmJob
-from airflow_provider_slurmapi.api.watch import DEFAULT_ERROR_BUDGET, Deadline, JobWatch, outcome_text
+from airflow_provider_slurmapi.api.states import DEFAULT_ERROR_BUDGET
+from airflow_provider_slurmapi.api.watch import Deadline, JobWatch, outcome_text
 from airflow_provider_slurmapi.triggers.poller import SharedJobPoller
 from airflow_provider_slurmapi.version_compat import AIRFLOW_V_3_0_PLUS, AIRFLOW_V_3_3_PLUS
 
