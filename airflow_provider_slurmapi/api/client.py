@@ -25,10 +25,11 @@ from airflow_provider_slurmapi.api.errors import (
     SlurmAuthError,
     SlurmJobApiError,
     SlurmTransportError,
+    fate_unknown,
 )
 from airflow_provider_slurmapi.api.fields import DEFAULT_TIMEOUT
 from airflow_provider_slurmapi.api.jobs import JobSpec, JobState, SlurmJob
-from airflow_provider_slurmapi.api.reattach import SubmitOutcome, TaskTry, submit_once
+from airflow_provider_slurmapi.api.reattach import SubmitOutcome, TaskIdentity, submit_once
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -73,8 +74,11 @@ class BaseSlurmJobApiClient:
         timeout: float = DEFAULT_TIMEOUT,
         retry: RetryPolicy | None = None,
         tokens: TokenSource | None = None,
+        slurm_user: str | None = None,
     ) -> None:
         self.cluster = cluster
+        # The Slurm user this connection's jobs run as: only its jobs are reattached or cancelled.
+        self.slurm_user = slurm_user or (cluster.user if isinstance(cluster, SlurmrestdRef) else None)
         self.auth = auth or AuthConfig()
         # Only the Google API takes Google tokens; a direct slurmrestd carries its JWT in the target.
         self.tokens = tokens or (token_source(self.auth) if isinstance(cluster, ClusterRef) else None)
@@ -131,12 +135,10 @@ class BaseSlurmJobApiClient:
 
 
 def _never_sent(error: SlurmJobApiError) -> bool:
-    """True when the request certainly did not reach Slurm, so even a submit may be sent again."""
+    """True when the request certainly did nothing, so even a submit may be sent again (see ``fate_unknown``)."""
     if isinstance(error, SlurmAuthError):
         return True
-    if isinstance(error, GoogleApiError):
-        return error.code in (429, 503) or error.status in ("UNAVAILABLE", "RESOURCE_EXHAUSTED")
-    return isinstance(error, SlurmTransportError) and not error.ambiguous
+    return isinstance(error, (GoogleApiError, SlurmTransportError)) and not fate_unknown(error)
 
 
 def _detect_version() -> ops.Operation[str]:
@@ -248,16 +250,10 @@ class SlurmJobApiClient(BaseSlurmJobApiClient):
         return self.run(ops.submit_job(self.api_version, spec))
 
     def submit_once(
-        self,
-        spec: JobSpec,
-        tag: str,
-        *,
-        reattach: bool = True,
-        task_try: TaskTry | None = None,
-        known_job_id: int | None = None,
+        self, spec: JobSpec, identity: TaskIdentity, *, reattach: bool = True, known_job_id: int | None = None
     ) -> SubmitOutcome:
         operation = submit_once(
-            self.api_version, spec, tag, reattach=reattach, task_try=task_try, known_job_id=known_job_id
+            self.api_version, spec, identity, reattach=reattach, known_job_id=known_job_id, user=self.slurm_user
         )
         return self.run(operation)
 

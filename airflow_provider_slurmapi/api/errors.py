@@ -178,3 +178,23 @@ class SlurmJobWaitTimeoutError(SlurmJobApiError):
     def __init__(self, message: str, *, job: Any = None) -> None:
         super().__init__(message)
         self.job = job
+
+
+# Google answers that prove the request was refused before anything was done (AIP-194): it may be sent
+# again as it is. Every other answer of Google's (UNAVAILABLE, DEADLINE_EXCEEDED, INTERNAL, UNKNOWN, any
+# 5xx, ...) says nothing about whether Slurm acted on it.
+_NOTHING_DONE_HTTP_CODES = frozenset({400, 401, 403, 404, 429})
+
+
+def fate_unknown(error: SlurmJobApiError) -> bool:
+    """True when the failed request may still have taken effect, so a submit must be looked for, not resent.
+
+    That is: a transport failure after the request may have been written (reset, timeout, a reply cut
+    short), and every Google error except 400, 401, 403, 404 and 429 (``RESOURCE_EXHAUSTED``). Slurm's own
+    errors are answers from slurmctld: the request was refused, its fate is known.
+    """
+    if isinstance(error, SlurmTransportError):
+        return error.ambiguous
+    if isinstance(error, GoogleApiError):
+        return error.code not in _NOTHING_DONE_HTTP_CODES
+    return False
