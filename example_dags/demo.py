@@ -43,11 +43,11 @@ def main() -> int:
         print("\n=== Slurm jobs the DAG ran ===")
         for job in emu.jobs():
             print(f"  job {job['job_id']:>3}  {job['name']:<40} {'+'.join(job['state']):<12} exit {job['exit_code']}")
-        train = [j for j in emu.jobs() if j["name"].endswith(".train")]
+        train = [j for j in emu.jobs() if ".train~af" in j["name"]]
         if train:
             print(f"\n=== output of the training job ({train[0]['standard_output']}) ===")
             print(emu.read_output(train[0]["job_id"]))
-        publish = [j for j in emu.jobs() if j["name"].endswith(".publish")]
+        publish = [j for j in emu.jobs() if ".publish~af" in j["name"]]
         if publish:
             print(f"=== publish: {emu.read_output(publish[0]['job_id']).strip()} ===")
         link = dag_run.get_task_instance("train").xcom_pull(task_ids="train", key="slurm_job_link")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import threading
 from collections import OrderedDict
 from collections.abc import Mapping
@@ -32,9 +33,16 @@ class ConnectionSettings:
     timeout: float
     job_link_template: str = ""
     retry: RetryPolicy = field(default_factory=RetryPolicy)
+    slurm_user: str = ""
 
     def client_kwargs(self) -> dict[str, Any]:
-        return {"auth": self.auth, "api_version": self.api_version, "timeout": self.timeout, "retry": self.retry}
+        return {
+            "auth": self.auth,
+            "api_version": self.api_version,
+            "timeout": self.timeout,
+            "retry": self.retry,
+            "slurm_user": self.slurm_user or None,
+        }
 
     def link_fields(self) -> dict[str, str]:
         """What a ``job_link_template`` may use besides ``{job_id}``."""
@@ -89,7 +97,8 @@ def settings_from_extra(
                 user=str(values.get("slurm_user") or login or ""),
                 token=str(values.get("slurm_jwt") or password or ""),
             )
-            return ConnectionSettings(cluster=direct, auth=AuthConfig(), **common)
+            return ConnectionSettings(cluster=direct, auth=AuthConfig(), slurm_user=direct.user, **common)
+        common["slurm_user"] = _slurm_user(values.get("slurm_user"))
         cluster = ClusterRef(
             project_id=values.get("project_id"),  # type: ignore[arg-type]
             region=values.get("region"),  # type: ignore[arg-type]
@@ -189,3 +198,13 @@ def _timeout(value: Any) -> float:
     if isinstance(value, bool) or timeout <= 0:
         raise SlurmJobSpecError("timeout", f"{value!r} is not a positive number", "Give seconds, e.g. 60.")
     return timeout
+
+
+def _slurm_user(value: Any) -> str:
+    """The Linux account the cluster runs this connection's jobs as ("" when not set)."""
+    text = "" if value is None else str(value).strip()
+    if text and not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.@-]{0,63}", text):
+        raise SlurmJobSpecError(
+            "slurm_user", f"{value!r} is not a Linux user name", "Give the account your jobs run as, e.g. jdoe."
+        )
+    return text

@@ -25,7 +25,7 @@ MAX_REQUEST_BYTES = 1_000_000
 METHODS = {"GET": "HTTP_METHOD_GET", "POST": "HTTP_METHOD_POST", "DELETE": "HTTP_METHOD_DELETE"}
 _ID = re.compile(r"^[a-z][a-z0-9-]{0,62}$")
 _PROJECT = re.compile(r"^[a-z0-9][a-z0-9.:-]{0,62}$")
-_SLURM_PATH = re.compile(r"^/(slurm|slurmdb)/v0\.0\.[0-9]+/[A-Za-z0-9_./,=&?%:+-]*$")
+_SLURM_PATH = re.compile(r"^/(slurm|slurmdb)/v0\.0\.[0-9]+/[A-Za-z0-9_./,=&?%:+~-]*$")
 
 
 def is_loopback(host: str) -> bool:

@@ -30,7 +30,11 @@ CONNECTION_FIELDS: dict[str, tuple[str, str]] = {
     "retry_delay": ("First retry delay (seconds)", "Doubles on each retry, with jitter (default 1)"),
     "job_link_template": ("Job link template", "URL for the job link, with {job_id}, {cluster_id}, ..."),
     "slurmrestd_url": ("slurmrestd URL (direct)", "Call an on-premises slurmrestd directly instead of Google"),
-    "slurm_user": ("Slurm user (direct)", "X-SLURM-USER-NAME; default the connection's login"),
+    "slurm_user": (
+        "Slurm user",
+        "The Linux account your jobs run as: only its jobs are reattached or cancelled "
+        "(direct slurmrestd: X-SLURM-USER-NAME, default the login)",
+    ),
     "slurm_jwt": ("Slurm JWT (direct)", "X-SLURM-USER-TOKEN; default the connection's password"),
 }
 SECRET_FIELDS = frozenset({"keyfile_dict", "slurm_jwt"})

@@ -1,17 +1,22 @@
-"""Exactly one Slurm job per task try: tag each job with its task instance and find it again.
+"""Exactly one Slurm job per task try: name each job after its task instance and find it again.
 
-The tag goes into the job's ``comment``, which Slurm keeps in the active queue and in accounting.
-Before a submit, and after a submit whose outcome is unknown, the tag is looked up:
+A job's *name* ends with the task instance's identity, ``~af<digest>r<run>``: ``digest`` is 12 hex
+digits of the SHA-256 of ``dag_id/task_id/run_id/map_index`` and ``run`` the first try since the task
+instance was last cleared. Slurm keeps the name in the active queue and in accounting whatever the
+cluster's ``AccountingStoreFlags`` (it keeps the ``comment`` only with ``job_comment``, which is not the
+default), so the identity survives the job leaving the queue after ``MinJobAge``.
 
-* a job still queued or running, or one that COMPLETED, is reattached instead of submitting again;
-* a job that ended in failure is left alone and a new one is submitted (a retry, as users expect);
-* a submit that may have reached Slurm but is not found is *not* sent again in the same try: the task
-  fails with a retryable error and its next try looks again before submitting.
+Before a submit, and after a submit whose fate is unknown, the task's jobs are looked up:
 
-The comment also records the try that submitted the job (``try:3``). Clearing a task instance starts a
-new *run* of it: only jobs submitted since the last clear can be reattached. A job of an earlier run that
-is still active is cancelled before the cleared task submits its own (the earlier try's trigger may not
-have cancelled it yet), and an earlier run's COMPLETED job is not taken for this run's result.
+* only the caller's own jobs count (their ``user_name`` is the connection's Slurm user; see :func:`mine`);
+* a job of this run still queued or running, or one that COMPLETED, is reattached instead of submitting;
+* a job of this run that ended in failure is left alone and a new one is submitted (a retry);
+* a job of an earlier run (the task was cleared since) that is still active is cancelled first;
+* a submit whose fate is unknown (:func:`~.errors.fate_unknown`) and whose job is not found is *not*
+  sent again in the same try: the task fails with a retryable error and its next try looks again.
+
+The ``comment`` still carries the readable tag ``airflow-ti:<dag>/<task>/<run>/<map> try:<n>`` for people
+(``squeue -o %k``) and the job page; no decision here reads it.
 """
 
 from __future__ import annotations
@@ -28,7 +33,7 @@ from airflow_provider_slurmapi.api.errors import (
     SlurmJobApiError,
     SlurmJobNotFoundError,
     SlurmMessage,
-    SlurmTransportError,
+    fate_unknown,
 )
 from airflow_provider_slurmapi.api.jobs import JobSpec, SlurmArrayJob, SlurmJob
 from airflow_provider_slurmapi.api.operations import Operation, _records, cancel_job, get_job, submit_job
@@ -36,10 +41,15 @@ from airflow_provider_slurmapi.api.operations import Operation, _records, cancel
 log = logging.getLogger(__name__)
 TAG_PREFIX = "airflow-ti:"
 _MAX_TAG = 240
+# slurmdbd stores a job name in a TINYTEXT (255 bytes); squeue and sacct show the start of it.
+MAX_JOB_NAME = 200
+_IDENTITY = re.compile(r"~af([0-9a-f]{12})r([1-9][0-9]{0,8})")
+# What a name may hold so that accounting's job_name filter (a CSV list) and the shell read it as written.
+_NAME_UNSAFE = re.compile(r"[^A-Za-z0-9_.:+@=-]")
 
 
 def task_instance_tag(dag_id: str, task_id: str, run_id: str, map_index: int = -1) -> str:
-    """A deterministic tag of one task instance (all its tries share it)."""
+    """A readable tag of one task instance (all its tries share it), for the job's comment."""
     tag = f"{TAG_PREFIX}{dag_id}/{task_id}/{run_id}/{map_index}"
     if len(tag) > _MAX_TAG:
         digest = hashlib.sha256(tag.encode()).hexdigest()[:32]
@@ -56,10 +66,6 @@ def tagged_comment(tag: str, comment: str | None, try_number: int | None = None)
     return f"{head} {comment}" if comment else head
 
 
-def has_tag(job: SlurmJob, tag: str) -> bool:
-    return job.comment == tag or job.comment.startswith(tag + " ")
-
-
 def split_comment(comment: str) -> tuple[str | None, int | None, str]:
     """A comment's task-instance tag, the try that submitted the job, and the user's own comment."""
     if not comment.startswith(TAG_PREFIX):
@@ -70,11 +76,6 @@ def split_comment(comment: str) -> tuple[str | None, int | None, str]:
     if match is None:
         return tag, None, rest
     return tag, int(match.group(1)), after
-
-
-def job_try(job: SlurmJob) -> int | None:
-    """The try number recorded in the job's comment; None for a job tagged without one."""
-    return split_comment(job.comment)[1]
 
 
 @dataclass(frozen=True)
@@ -103,11 +104,6 @@ class TaskTry:
         """No earlier try of this run can have submitted a job."""
         return self.number <= self.run_start
 
-    def owns(self, job: SlurmJob) -> bool:
-        """The job was submitted by this run of tries (or carries no try, as before tries were recorded)."""
-        submitted_by = job_try(job)
-        return submitted_by is None or submitted_by >= self.run_start
-
 
 def _positive(value: object, default: int) -> int:
     try:
@@ -115,6 +111,47 @@ def _positive(value: object, default: int) -> int:
     except (TypeError, ValueError):
         return default
     return number if number >= 0 else default
+
+
+@dataclass(frozen=True)
+class TaskIdentity:
+    """A task instance and the run of its tries that submits, as the end of its jobs' names says.
+
+    Build it with :meth:`of`; :meth:`job_name` gives the name to submit, :meth:`run_of` reads a job's.
+    """
+
+    digest: str
+    task_try: TaskTry = field(default_factory=lambda: TaskTry(1))
+
+    @classmethod
+    def of(
+        cls, dag_id: str, task_id: str, run_id: str, map_index: int = -1, task_try: TaskTry | None = None
+    ) -> TaskIdentity:
+        key = f"{dag_id}/{task_id}/{run_id}/{map_index}".encode()
+        return cls(hashlib.sha256(key).hexdigest()[:12], task_try or TaskTry(1))
+
+    @property
+    def run(self) -> int:
+        return self.task_try.run_start
+
+    @property
+    def suffix(self) -> str:
+        return f"~af{self.digest}r{self.run}"
+
+    def job_name(self, base: str) -> str:
+        """``base`` made safe (characters outside ``[A-Za-z0-9_.:+@=-]`` become ``_``), cut, then the suffix."""
+        safe = _NAME_UNSAFE.sub("_", base)[: MAX_JOB_NAME - len(self.suffix)]
+        return safe + self.suffix
+
+    def run_of(self, job: SlurmJob) -> int | None:
+        """The run of this task instance that submitted ``job``; None for a job of another task instance."""
+        match = _IDENTITY.search(job.name)
+        if match is None or match.end() != len(job.name) or match.group(1) != self.digest:
+            return None
+        return int(match.group(2))
+
+    def this_run(self, job: SlurmJob) -> bool:
+        return self.run_of(job) == self.run
 
 
 @dataclass
@@ -130,36 +167,55 @@ class SubmitOutcome:
 
 
 class SubmitOutcomeUnknownError(SlurmJobApiError):
-    """A submit may have created a job, but no job with the task's tag can be found yet."""
+    """A submit may have created a job, but no job of the task can be found yet."""
 
     retryable = True
 
 
-def find_tagged_jobs(
-    version: str, tag: str, *, name: str | None, require_accounting: bool
+def find_task_jobs(
+    version: str, identity: TaskIdentity, *, name: str, require_accounting: bool
 ) -> Operation[list[SlurmJob]]:
-    """Jobs carrying ``tag``, newest first: from the active queue and from accounting (an array as one job)."""
+    """Jobs of ``identity``'s task instance, newest first (an array as one job).
+
+    The active queue gives every run's jobs; accounting, searched by this run's exact ``name``, gives
+    this run's jobs that have left the queue.
+    """
     reply = yield Call("GET", versions.jobs_path(version))
     reply.raise_for_errors("list jobs to look for an earlier submit of this task")
-    found = {j.job_id: j for j in (SlurmJob.from_job_info(r, version) for r in _records(reply)) if has_tag(j, tag)}
-    filters = {"job_name": name} if name else {}
+    queued = (SlurmJob.from_job_info(r, version) for r in _records(reply))
+    found = {j.job_id: j for j in queued if identity.run_of(j) is not None}
     try:
-        reply = yield Call("GET", versions.slurmdb_jobs_path(version, **filters))
+        reply = yield Call("GET", versions.slurmdb_jobs_path(version, job_name=name))
         reply.raise_for_errors("list accounted jobs to look for an earlier submit of this task")
         for record in _records(reply):
             job = SlurmJob.from_slurmdb(record, version)
-            if has_tag(job, tag):
+            if identity.this_run(job):
                 found.setdefault(job.job_id, job)
     except SlurmApiError as err:
         if require_accounting:
             raise
         log.warning("Accounting could not be searched for earlier jobs of this task (%s); using the queue only", err)
-    # An array's tasks each carry the tag: they make one job, the array, followed by its id.
+    # An array's tasks each carry the name: they make one job, the array, followed by its id.
     arrays: dict[int, list[SlurmJob]] = {}
     for job in [j for j in found.values() if j.array_job_id]:
         arrays.setdefault(job.array_job_id or 0, []).append(found.pop(job.job_id))
     jobs = [*found.values(), *(SlurmArrayJob.of(array_id, tasks) for array_id, tasks in arrays.items())]
     return sorted(jobs, key=lambda j: j.job_id, reverse=True)
+
+
+def mine(jobs: list[SlurmJob], user: str | None) -> list[SlurmJob]:
+    """The jobs the caller submitted: those of its Slurm ``user``.
+
+    Slurm names the job's user in every record, but not the caller (a reply's ``meta.client`` is
+    slurmrestd's peer, not the user a token belongs to), so ``user`` comes from the connection. When it
+    is unknown, the user of the oldest job of this task instance stands for it: a job that copies a
+    task's name is submitted after the job it copies. Set the connection's ``slurm_user`` to refuse a
+    job submitted under a predicted name *before* the task's first.
+    """
+    if not jobs:
+        return []
+    owner = user or min(jobs, key=lambda j: j.job_id).user
+    return [j for j in jobs if j.user == owner]
 
 
 def reusable(jobs: list[SlurmJob]) -> SlurmJob | None:
@@ -174,76 +230,73 @@ def reusable(jobs: list[SlurmJob]) -> SlurmJob | None:
 def submit_once(
     version: str,
     spec: JobSpec,
-    tag: str,
+    identity: TaskIdentity,
     *,
     reattach: bool = True,
-    task_try: TaskTry | None = None,
     known_job_id: int | None = None,
+    user: str | None = None,
 ) -> Operation[SubmitOutcome]:
-    """Submit ``spec`` (whose comment carries ``tag``) unless a job of this task instance can be reused.
+    """Submit ``spec`` (named by ``identity.job_name``) unless a job of this run of tries can be reused.
 
-    ``task_try``: the submitting try. Jobs of tries before its run (the task was cleared since) are not
-    reused, and any of them still active is cancelled first; when the try starts its run, no earlier
-    try can have submitted, so accounting being down does not block the submit. None: every tagged job
-    counts, and accounting must answer.
+    ``reattach=False`` skips the look-up before the submit; a submit whose fate is unknown is still
+    resolved by looking, never by sending it again. When this try starts its run, no earlier try can
+    have submitted, so accounting being down does not block the submit.
 
     ``known_job_id``: the job an earlier try recorded (Airflow 3.3's ``task_state_store``). It is read
-    first, with one call; if it carries the tag and can be reused, the queue and accounting are not
-    searched. Otherwise the search decides, as without it.
+    first, with one call; if it is this run's job and can be reused, nothing is searched. The store is
+    the caller's own, so that job also names the caller's Slurm user when ``user`` is not given.
+
+    ``user``: the caller's Slurm user (see :func:`mine`).
     """
-    name = spec.job.get("name")
-    cancelled: list[int] = []
-    if reattach and known_job_id is not None:
+    name = str(spec.job.get("name") or "")
+    if not name.endswith(identity.suffix):
+        raise ValueError(f"the job name {name!r} does not end with the task's identity {identity.suffix!r}")
+    if known_job_id is not None:
         try:
             known: SlurmJob | None = yield from get_job(version, known_job_id)
         except SlurmJobNotFoundError:
             known = None
-        if known is not None and has_tag(known, tag) and (task_try is None or task_try.owns(known)):
-            job = reusable([known])
+        if known is not None and identity.run_of(known) is not None and (user is None or known.user == user):
+            user = known.user
+            job = reusable([known]) if reattach and identity.this_run(known) else None
             if job is not None:
                 note = f"reattached to job {job.job_id} ({job.state}), recorded by an earlier try"
                 return SubmitOutcome(job.job_id, reattached=True, job=job, notes=[note])
+    cancelled: list[int] = []
     if reattach:
-        jobs = yield from find_tagged_jobs(
-            version, tag, name=name, require_accounting=task_try is None or not task_try.starts_a_run
+        found = yield from find_task_jobs(
+            version, identity, name=name, require_accounting=not identity.task_try.starts_a_run
         )
-        if task_try is not None:
-            cancelled = yield from _cancel_earlier_runs(version, jobs, task_try)
-            jobs = [j for j in jobs if task_try.owns(j)]
-        job = reusable(jobs)
+        jobs = mine(found, user)
+        cancelled = yield from _cancel_earlier_runs(version, jobs, identity)
+        job = reusable([j for j in jobs if identity.this_run(j)])
         if job is not None:
-            return SubmitOutcome(
-                job.job_id, reattached=True, job=job, notes=[f"reattached to earlier job {job.job_id} ({job.state})"]
-            )
+            note = f"reattached to earlier job {job.job_id} ({job.state})"
+            return SubmitOutcome(job.job_id, reattached=True, job=job, notes=[note])
     notes = [f"cancelled job {j} of an earlier run of this task (cleared since)" for j in cancelled]
     try:
         submitted = yield from submit_job(version, spec)
-    except SlurmTransportError as err:
-        if not err.ambiguous:
+    except SlurmJobApiError as err:
+        if not fate_unknown(err):
             raise
-        jobs = yield from find_tagged_jobs(version, tag, name=name, require_accounting=False)
-        job = reusable([j for j in jobs if task_try is None or task_try.owns(j)])
+        found = yield from find_task_jobs(version, identity, name=name, require_accounting=False)
+        job = reusable([j for j in mine(found, user) if identity.this_run(j)])
         if job is None:
             raise SubmitOutcomeUnknownError(
-                f"The submit's reply was lost ({err}) and no job tagged {tag!r} is visible yet. It is not "
-                "submitted again in this try, so that it cannot run twice; the task's next try looks for "
-                "it again before submitting."
+                f"The submit's outcome is unknown ({err}) and no job named {name!r} is visible yet. It is not "
+                "submitted again in this try, so that it cannot run twice; the task's next try looks for it "
+                "again before submitting."
             ) from None
-        return SubmitOutcome(
-            job.job_id,
-            reattached=True,
-            job=job,
-            notes=[*notes, f"the submit's reply was lost; found job {job.job_id}"],
-            cancelled=cancelled,
-        )
+        note = f"the submit's outcome was unknown ({err}); found its job {job.job_id} ({job.state})"
+        return SubmitOutcome(job.job_id, reattached=True, job=job, notes=[*notes, note], cancelled=cancelled)
     return SubmitOutcome(submitted.job_id, warnings=submitted.warnings, notes=notes, cancelled=cancelled)
 
 
-def _cancel_earlier_runs(version: str, jobs: list[SlurmJob], task_try: TaskTry) -> Operation[list[int]]:
-    """Cancel the still-active jobs of tries before ``task_try``'s run: the task was cleared to run again."""
+def _cancel_earlier_runs(version: str, jobs: list[SlurmJob], identity: TaskIdentity) -> Operation[list[int]]:
+    """Cancel the still-active jobs of runs before this one: the task was cleared to run again."""
     cancelled = []
     for job in jobs:
-        if not task_try.owns(job) and not job.state.is_terminal:
+        if not identity.this_run(job) and not job.state.is_terminal:
             yield from cancel_job(version, job.job_id)
             cancelled.append(job.job_id)
     return cancelled

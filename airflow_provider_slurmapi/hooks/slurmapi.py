@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from airflow_provider_slurmapi.api.client import AsyncSlurmJobApiClient, SlurmJobApiClient
     from airflow_provider_slurmapi.api.connection import ConnectionSettings
     from airflow_provider_slurmapi.api.jobs import JobSpec, SlurmJob
-    from airflow_provider_slurmapi.api.reattach import SubmitOutcome, TaskTry
+    from airflow_provider_slurmapi.api.reattach import SubmitOutcome, TaskIdentity
 
 
 def default_deferrable() -> bool:
@@ -136,22 +136,22 @@ class SlurmJobApiHook(BaseHook):
     def submit_once(
         self,
         spec: JobSpec,
-        tag: str,
+        identity: TaskIdentity,
         *,
         reattach: bool = True,
-        task_try: TaskTry | None = None,
         known_job_id: int | None = None,
     ) -> SubmitOutcome:
-        """Submit unless a job tagged ``tag`` (in its comment) is still active or COMPLETED; see ``api.reattach``.
+        """Submit unless a job of ``identity``'s run of tries is still active or COMPLETED; see ``api.reattach``.
 
-        :param task_try: the submitting try and the first try since the task was last cleared: only
-            that run's jobs are reused, an earlier run's active ones are cancelled (None: any tagged job).
+        ``spec``'s name must end with ``identity.suffix`` (``identity.job_name(base)`` builds it). Only
+        the connection's own Slurm user's jobs count (connection field ``slurm_user``); an earlier run's
+        active job is cancelled first. A submit whose fate is unknown (a 5xx, a lost reply) is looked
+        for, never sent again.
+
         :param known_job_id: the job id an earlier try recorded, looked at first (one call instead of
             searching the queue and accounting).
         """
-        outcome = self.get_conn().submit_once(
-            spec, tag, reattach=reattach, task_try=task_try, known_job_id=known_job_id
-        )
+        outcome = self.get_conn().submit_once(spec, identity, reattach=reattach, known_job_id=known_job_id)
         for note in outcome.notes:
             self.log.info("Slurm job %s: %s", outcome.job_id, note)
         for warning in outcome.warnings:

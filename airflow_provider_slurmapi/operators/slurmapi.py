@@ -38,7 +38,7 @@ if TYPE_CHECKING:
     # Loaded at execute time (the job model, the reattach rules, the wait): a DAG file that imports
     # the operators does not pay for them.
     from airflow_provider_slurmapi.api.jobs import JobSpec, SlurmJob
-    from airflow_provider_slurmapi.api.reattach import TaskTry
+    from airflow_provider_slurmapi.api.reattach import TaskIdentity, TaskTry
 
 XCOM_JOB_ID = "slurm_job_id"
 XCOM_JOB = "slurm_job"
@@ -117,16 +117,20 @@ class SlurmSubmitJobOperator(BaseOperator):
     :param cancel_on_kill: cancel the Slurm job when the task is killed (default True).
     :param retry_on_job_failure: let the task's retries re-run jobs that FAILED/TIMEOUT/OOM (default False;
         cluster failures such as NODE_FAIL are always retryable).
-    :param reattach: before submitting, look for a job of this task instance (tagged in its ``comment``;
-        on Airflow 3.3+ also recorded in ``task_state_store`` under ``slurm_job_id``, which is looked at
-        first) that is still active or COMPLETED and follow it instead of submitting a second one
-        (default True).
-        Only jobs of tries since the task was last cleared count: a cleared task runs its job again,
-        and first cancels a job of its earlier run that is still active.
+    :param reattach: before submitting, look for a job of this task instance (named after it, see
+        below; on Airflow 3.3+ also recorded in ``task_state_store`` under ``slurm_job_id``, which is
+        looked at first) that is still active or COMPLETED and follow it instead of submitting a second
+        one (default True). Only jobs of the connection's Slurm user count, and only jobs of tries since
+        the task was last cleared: a cleared task runs its job again, and first cancels a job of its
+        earlier run that is still active. A submit whose fate is unknown is looked for, never resent,
+        even with ``reattach=False``.
     :param slurmapi_conn_id: the ``slurmapi`` connection (default ``slurmapi_default``).
 
-    Every job carries ``airflow-ti:<dag_id>/<task_id>/<run_id>/<map_index> try:<try_number>`` at the
-    start of its ``comment`` (a ``comment`` you give follows it). Returns (XCom ``return_value``) the Slurm job id; also pushes ``slurm_job_id`` at submit time and
+    Every job's name ends with its task instance's identity, ``~af<12 hex digits>r<run>`` (the digits
+    hash ``dag_id/task_id/run_id/map_index``; ``run`` is the first try since the task was last cleared),
+    which Slurm's accounting keeps; characters of ``name`` outside ``[A-Za-z0-9_.:+@=-]`` become ``_``.
+    Its ``comment`` starts with ``airflow-ti:<dag_id>/<task_id>/<run_id>/<map_index> try:<try_number>``
+    for people reading ``squeue`` (a ``comment`` you give follows it). Returns (XCom ``return_value``) the Slurm job id; also pushes ``slurm_job_id`` at submit time and
     ``slurm_job`` (state, exit code, elapsed, nodes, output paths) when the job ends. For an array,
     ``slurm_job`` also holds ``tasks`` (one entry per task: ``display_id`` such as ``41_1``, state, exit
     code, output paths), ``array_task_count`` and ``array_tasks_completed``.
@@ -250,6 +254,16 @@ class SlurmSubmitJobOperator(BaseOperator):
 
         return task_instance_tag(ti.dag_id, ti.task_id, ti.run_id, -1 if map_index is None else map_index)
 
+    def identity(self, context: Any) -> TaskIdentity:
+        """This task instance and run of tries, as the end of its jobs' names says (see ``TaskIdentity``)."""
+        from airflow_provider_slurmapi.api.reattach import TaskIdentity
+
+        ti = context["ti"]
+        map_index = getattr(ti, "map_index", -1)
+        return TaskIdentity.of(
+            ti.dag_id, ti.task_id, ti.run_id, -1 if map_index is None else map_index, self.task_try(context)
+        )
+
     def build_spec(self, context: Any) -> JobSpec:
         from airflow_provider_slurmapi.api.jobs import JobSpec
         from airflow_provider_slurmapi.api.reattach import tagged_comment
@@ -259,6 +273,10 @@ class SlurmSubmitJobOperator(BaseOperator):
         comment = fields.get("comment")
         if comment is not None and not isinstance(comment, str):
             raise SlurmJobSpecError("comment", f"{comment!r} is not a string", "Give a string value.")
+        name = fields.get("name")
+        if not isinstance(name, str) or not name.strip():
+            raise SlurmJobSpecError("name", f"{name!r} is not a job name", "Give a non-empty string, or leave it out.")
+        fields["name"] = self.identity(context).job_name(name)
         fields["comment"] = tagged_comment(self.tag(context), comment, self.task_try(context).number)
         return JobSpec.build(self.script, fields)
 
@@ -274,13 +292,7 @@ class SlurmSubmitJobOperator(BaseOperator):
         try:
             spec = self.build_spec(context)
             recorded = self._recorded_job_id(context) if self.reattach else None
-            outcome = hook.submit_once(
-                spec,
-                self.tag(context),
-                reattach=self.reattach,
-                task_try=self.task_try(context),
-                known_job_id=recorded,
-            )
+            outcome = hook.submit_once(spec, self.identity(context), reattach=self.reattach, known_job_id=recorded)
         except SlurmJobApiError as err:
             raise _fail(err, retry_on_job_failure=self.retry_on_job_failure) from None
         self.job_id = outcome.job_id

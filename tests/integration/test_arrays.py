@@ -34,8 +34,10 @@ def test_array_waits_for_every_task(emu, deferrable, capfd):
         assert entry["standard_output"] == f"{CWD}/slurm-{array_id}_{index}.out"
     out = capfd.readouterr()
     log = out.out + out.err
-    assert f"Submitted Slurm array job {array_id} (array_ok_{deferrable}.sweep, tasks 0-2)" in log
-    assert f"Slurm array job {array_id} (array_ok_{deferrable}.sweep) ended COMPLETED: 3 of 3 tasks COMPLETED" in log
+    name = tasks[0]["name"]  # array_ok_<deferrable>.sweep, then the task instance's identity
+    assert name.startswith(f"array_ok_{deferrable}.sweep~af")
+    assert f"Submitted Slurm array job {array_id} ({name}, tasks 0-2)" in log
+    assert f"Slurm array job {array_id} ({name}) ended COMPLETED: 3 of 3 tasks COMPLETED" in log
 
 
 @pytest.mark.parametrize("deferrable", [False, True])
@@ -50,9 +52,10 @@ def test_one_failed_task_fails_the_task_and_is_named(emu, deferrable, capfd):
     assert [(t["display_id"], t["state"], t["exit_code"]) for t in failed] == [(f"{array_id}_1", "FAILED", 3)]
     out = capfd.readouterr()
     log = out.out + out.err
+    name = emu.jobs()[0]["name"]
     assert (
-        f"Slurm array job {array_id} (array_fail_{deferrable}.sweep) failed: task {array_id}_1 FAILED (exit code 3); "
-        "2 of 3 tasks COMPLETED" in log
+        f"Slurm array job {array_id} ({name}) failed: task {array_id}_1 FAILED (exit code 3); 2 of 3 tasks COMPLETED"
+        in log
     )
     assert f"output: {CWD}/slurm-{array_id}_1.out" in log
     # progress is logged as it changes, not on every poll: each line differs from the one before it

@@ -97,7 +97,7 @@ def test_training_pipeline(slurmapi_emulator, default_deferrable):
     assert states(run) == dict.fromkeys(
         ["prepare_data[-1]", "train[-1]", "evaluate[-1]", "evaluation_done[-1]", "publish[-1]"], "success"
     )
-    jobs = {j["name"].rsplit(".", 1)[-1]: j for j in slurmapi_emulator.jobs()}
+    jobs = {j["name"].split("~af")[0].rsplit(".", 1)[-1]: j for j in slurmapi_emulator.jobs()}
     assert set(jobs) == {"prepare_data", "train", "evaluate", "publish"}
     assert all(j["state"] == ["COMPLETED"] for j in jobs.values())
     # publish ran after the gate, on the checkpoint of this run's training job

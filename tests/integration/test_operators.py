@@ -45,7 +45,7 @@ def test_submit_and_wait(emu, deferrable):
     job_id = tis["train"].xcom_pull(task_ids="train")
     job = emu.job(job_id)
     assert job["state"] == ["COMPLETED"]
-    assert job["name"] == f"submit_wait_{deferrable}.train"
+    assert job["name"].startswith(f"submit_wait_{deferrable}.train~af")  # then the task instance's identity
     assert emu.read_output(job_id).strip() == "epoch=5"
     summary = tis["train"].xcom_pull(task_ids="train", key="slurm_job")
     assert summary["state"] == "COMPLETED" and summary["exit_code"] == 0
@@ -79,10 +79,10 @@ def test_convenience_arguments_reach_slurm(emu):
     _, tis = run("submit_fields")
     job_id = tis["train"].xcom_pull(task_ids="train")
     job = emu.job(job_id)
-    assert job["name"] == "explicit-wins"
+    assert job["name"].startswith("explicit-wins~af")
     assert job["partition"] == "gpu"
     assert job["comment"] == f"airflow-ti:submit_fields/train/{tis['train'].run_id}/-1 try:1 from the job dict"
-    assert job["standard_output"] == f"{CWD}/out-{job_id}-explicit-wins.log"
+    assert job["standard_output"] == f"{CWD}/out-{job_id}-{job['name']}.log"  # %x: the whole name
 
 
 def test_sensor_gates_on_a_job_submitted_elsewhere(emu):
@@ -122,20 +122,24 @@ def test_a_retry_reattaches_to_the_completed_job_and_a_clear_runs_it_again(emu):
     _, first = run("reattach")
     job_id = first["train"].xcom_pull(task_ids="train")
     from airflow_provider_slurmapi.api.jobs import JobSpec
-    from airflow_provider_slurmapi.api.reattach import TaskTry
+    from airflow_provider_slurmapi.api.reattach import TaskIdentity, TaskTry
     from airflow_provider_slurmapi.hooks.slurmapi import SlurmJobApiHook
 
-    # The same task instance's next try (same tag, same run of tries): the COMPLETED job is reused,
-    # nothing is submitted.
-    comment = emu.job(job_id)["comment"]
-    tag = comment.split(" ")[0]
-    assert comment == f"{tag} try:1"
-    spec = JobSpec.build("#!/bin/bash\nsleep 2\n", {"current_working_directory": CWD, "comment": comment})
-    outcome = SlurmJobApiHook().submit_once(spec, tag, task_try=TaskTry(2))
+    # The job is named after its task instance; its comment says so to people reading squeue.
+    ti = first["train"]
+    record = emu.job(job_id)
+    identity = TaskIdentity.of(ti.dag_id, ti.task_id, ti.run_id, -1, TaskTry(2))
+    assert record["name"] == identity.job_name(f"{ti.dag_id}.train")
+    assert record["comment"] == f"airflow-ti:{ti.dag_id}/train/{ti.run_id}/-1 try:1"
+    # The same task instance's next try (same run of tries): the COMPLETED job is reused, nothing submitted.
+    spec = JobSpec.build("#!/bin/bash\nsleep 2\n", {"current_working_directory": CWD, "name": record["name"]})
+    outcome = SlurmJobApiHook().submit_once(spec, identity)
     assert outcome.reattached and outcome.job_id == job_id
     assert len(emu.jobs()) == 1
     # Cleared after try 1 (its next try starts a new run of tries): the job is run again.
-    again = SlurmJobApiHook().submit_once(spec, tag, task_try=TaskTry(2, run_start=2))
+    cleared = TaskIdentity.of(ti.dag_id, ti.task_id, ti.run_id, -1, TaskTry(2, run_start=2))
+    spec = JobSpec.build("#!/bin/bash\nsleep 2\n", {"current_working_directory": CWD, "name": cleared.job_name("x")})
+    again = SlurmJobApiHook().submit_once(spec, cleared)
     assert not again.reattached and again.job_id != job_id
     assert len(emu.jobs()) == 2
 

@@ -6,7 +6,7 @@ import pytest
 
 from airflow_provider_slurmapi.api.errors import SlurmJobApiError
 from airflow_provider_slurmapi.api.jobs import JobSpec
-from airflow_provider_slurmapi.api.reattach import TaskTry, tagged_comment, task_instance_tag
+from airflow_provider_slurmapi.api.reattach import TaskIdentity, TaskTry
 from airflow_provider_slurmapi.hooks.slurmapi import SlurmJobApiHook
 
 CWD = "/home/tester"
@@ -112,37 +112,42 @@ def test_purged_while_running_is_followed_in_accounting(hook, slurmapi_emulator)
     assert hook.wait_for_job(job_id, poll_interval=0.1, timeout=60).state.is_success
 
 
-def test_a_lost_submit_reply_gives_exactly_one_job(hook, slurmapi_emulator):
-    tag = task_instance_tag("d", "t", "run-1")
-    spec = JobSpec.build("#!/bin/bash\ntrue\n", {"current_working_directory": CWD, "comment": tag, "name": "d.t"})
-    slurmapi_emulator.inject_fault("lost_reply", count=1, path_contains="job/submit")
-    outcome = hook.submit_once(spec, tag, task_try=TaskTry(1))
+def task_spec(script: str, run_id: str, task_try: TaskTry) -> tuple[JobSpec, TaskIdentity]:
+    identity = TaskIdentity.of("d", "t", run_id, -1, task_try)
+    return JobSpec.build(script, {"current_working_directory": CWD, "name": identity.job_name("d.t")}), identity
+
+
+@pytest.mark.parametrize("kind", ["lost_reply", "unavailable_after", "deadline_exceeded_after", "internal_after"])
+def test_a_submit_of_unknown_fate_gives_exactly_one_job(hook, slurmapi_emulator, kind):
+    spec, identity = task_spec("#!/bin/bash\ntrue\n", f"run-{kind}", TaskTry(1))
+    slurmapi_emulator.inject_fault(kind, count=1, path_contains="job/submit")
+    outcome = hook.submit_once(spec, identity)
     assert outcome.reattached
     assert [j["job_id"] for j in slurmapi_emulator.jobs()] == [outcome.job_id]
     # The task's next try finds the same job again.
-    again = hook.submit_once(spec, tag, task_try=TaskTry(2))
+    spec, identity = task_spec("#!/bin/bash\ntrue\n", f"run-{kind}", TaskTry(2))
+    again = hook.submit_once(spec, identity)
     assert again.reattached and again.job_id == outcome.job_id
     assert len(slurmapi_emulator.jobs()) == 1
 
 
 def test_a_failed_earlier_job_is_resubmitted_on_retry(hook, slurmapi_emulator):
-    tag = task_instance_tag("d", "t", "run-2")
-    spec = JobSpec.build("#!/bin/bash\nexit 1\n", {"current_working_directory": CWD, "comment": tag, "name": "d.t"})
-    first = hook.submit_once(spec, tag, task_try=TaskTry(1))
+    spec, identity = task_spec("#!/bin/bash\nexit 1\n", "run-2", TaskTry(1))
+    first = hook.submit_once(spec, identity)
     slurmapi_emulator.wait_for_state(first.job_id, "FAILED", 30)
-    second = hook.submit_once(spec, tag, task_try=TaskTry(2))
+    spec, identity = task_spec("#!/bin/bash\nexit 1\n", "run-2", TaskTry(2))
+    second = hook.submit_once(spec, identity)
     assert not second.reattached and second.job_id != first.job_id
 
 
 def test_a_cleared_task_cancels_its_earlier_runs_job_before_it_submits(hook, slurmapi_emulator):
-    tag = task_instance_tag("d", "t", "run-3")
-    fields = {"current_working_directory": CWD, "name": "d.t"}
     script = "#!/bin/bash\nsleep 300\n"
-    first = hook.submit_once(JobSpec.build(script, {**fields, "comment": tagged_comment(tag, None, 1)}), tag)
+    spec, identity = task_spec(script, "run-3", TaskTry(1))
+    first = hook.submit_once(spec, identity)
     slurmapi_emulator.wait_for_state(first.job_id, "RUNNING", 30)
     # Try 1 was cleared while its job ran; try 2 starts a new run of tries.
-    spec = JobSpec.build(script, {**fields, "comment": tagged_comment(tag, None, 2)})
-    second = hook.submit_once(spec, tag, task_try=TaskTry(2, run_start=2))
+    spec, identity = task_spec(script, "run-3", TaskTry(2, run_start=2))
+    second = hook.submit_once(spec, identity)
     assert not second.reattached and second.cancelled == [first.job_id]
     jobs = {j["job_id"]: j for j in slurmapi_emulator.jobs()}
     assert set(jobs) == {first.job_id, second.job_id}

@@ -176,14 +176,18 @@ class EmulatorProcess:
         )
         return SlurmJobApiClient(settings.cluster, **settings.client_kwargs())
 
-    def jobs_tagged(self, tag: str) -> list[SlurmJob]:
-        """Every job carrying the task-instance tag ``tag`` (active queue and accounting), oldest first."""
-        from airflow_provider_slurmapi.api.reattach import has_tag
+    def jobs_of(self, dag_id: str, task_id: str, run_id: str, map_index: int = -1) -> list[SlurmJob]:
+        """Every job of that task instance, any try or run of tries (queue and accounting), oldest first.
 
+        Found by the identity at the end of their names, which accounting keeps (it keeps no comment).
+        """
+        from airflow_provider_slurmapi.api.reattach import TaskIdentity
+
+        identity = TaskIdentity.of(dag_id, task_id, run_id, map_index)
         with self.client() as client:
             jobs = {j.job_id: j for j in client.list_accounted_jobs()}
             jobs.update({j.job_id: j for j in client.list_jobs() if j.job_id not in jobs or not j.state.is_terminal})
-        return sorted((j for j in jobs.values() if has_tag(j, tag)), key=lambda j: j.job_id)
+        return sorted((j for j in jobs.values() if identity.run_of(j) is not None), key=lambda j: j.job_id)
 
     def host_path(self, cluster_path: str) -> Path:
         """Where the cluster-side absolute path ``cluster_path`` lives on this machine (the jobs' files)."""

@@ -54,7 +54,7 @@ class Run:
 
     def jobs(self) -> list[SlurmJob]:
         """Every job in the cluster tagged with this task instance, oldest first."""
-        return self.emulator.jobs_tagged(self.tag)
+        return self.emulator.jobs_of(self.dag_id, TASK, self.run_id)
 
     def wait_for_running_job(self, count: int = 1, *, timeout: float = 120) -> SlurmJob:
         """The newest of this task's jobs once there are ``count`` and it is RUNNING."""

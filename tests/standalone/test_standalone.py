@@ -14,7 +14,6 @@ import pytest
 import requests
 
 from airflow_provider_slurmapi.api.jobs import SlurmJob
-from airflow_provider_slurmapi.api.reattach import task_instance_tag
 from airflow_provider_slurmapi.version_compat import AIRFLOW_V_3_3_PLUS
 from tests.standalone.chromium import Chromium, find_chromium
 from tests.standalone.harness import ARTIFACTS, NOBODY_PASSWORD, NOBODY_USER, ROOT, Standalone
@@ -27,12 +26,11 @@ DOCS_SCREENSHOT = ROOT / "docs" / "slurm-job-page.png"
 
 
 def run_jobs(standalone: Standalone, run: dict[str, Any]) -> dict[str, SlurmJob]:
-    """The Slurm jobs of the run, by task id (found by their task-instance tag, as the operator tags them)."""
+    """The Slurm jobs of the run, by task id (found by the task instance's identity in their names)."""
     found: dict[str, SlurmJob] = {}
     for task_id in SUBMITTING_TASKS:
-        tag = task_instance_tag(run["dag_id"], task_id, run["run_id"])
-        mine = standalone.emulator.jobs_tagged(tag)
-        assert len(mine) == 1, f"{task_id}: expected one job tagged {tag!r}, found {[j.job_id for j in mine]}"
+        mine = standalone.emulator.jobs_of(run["dag_id"], task_id, run["run_id"])
+        assert len(mine) == 1, f"{task_id}: expected one job, found {[(j.job_id, j.name) for j in mine]}"
         found[task_id] = mine[0]
     return found
 

@@ -10,7 +10,7 @@ import pytest
 from airflow_provider_slurmapi.api import operations as ops
 from airflow_provider_slurmapi.api.envelope import SlurmReply
 from airflow_provider_slurmapi.api.jobs import JobState, SlurmArrayJob, SlurmJob, array_task_count
-from airflow_provider_slurmapi.api.reattach import find_tagged_jobs, reusable
+from airflow_provider_slurmapi.api.reattach import TaskIdentity, find_task_jobs, reusable
 from airflow_provider_slurmapi.api.watch import JobWatch, failure_error, outcome_text
 from airflow_provider_slurmapi.triggers.poller import accounted_jobs
 from tests.fixtures import drive_op, recorded_array
@@ -150,22 +150,23 @@ def test_poller_accounting_batch_tells_arrays_apart():
 
 
 def test_reattach_sees_an_array_as_one_job():
-    tag = "airflow-ti:d/t/r/-1"
+    identity = TaskIdentity.of("d", "t", "r")
+    name = identity.job_name("d.t")
 
-    def tagged(body):
+    def named(body):
         for job in body["jobs"]:
-            job["comment"] = tag if "job_state" in job else {"job": tag, "administrator": "", "system": ""}
+            job["name"] = name
 
     found, _ = drive_op(
-        find_tagged_jobs(V, tag, name=None, require_accounting=True),
-        [reply("job_done", tagged), reply("slurmdb_job_done", tagged)],
+        find_task_jobs(V, identity, name=name, require_accounting=True),
+        [reply("job_done", named), reply("slurmdb_job_done", named)],
     )
     (array,) = found
     assert isinstance(array, SlurmArrayJob) and array.job_id == 11 and array.task_count == 3
     assert reusable(found) is None  # a failed task: the retry submits a new array
     running, _ = drive_op(
-        find_tagged_jobs(V, tag, name=None, require_accounting=True),
-        [reply("job_running_partial", tagged), reply("slurmdb_job_running_partial", tagged)],
+        find_task_jobs(V, identity, name=name, require_accounting=True),
+        [reply("job_running_partial", named), reply("slurmdb_job_running_partial", named)],
     )
     (first,) = running
     assert first.job_id == 11 and first.describe_state() == "1 RUNNING, 2 PENDING"

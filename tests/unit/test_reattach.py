@@ -1,4 +1,4 @@
-"""Reattach decisions on recorded real replies whose comment carries a task-instance tag."""
+"""Reattach decisions on recorded real replies whose job name carries the task instance's identity."""
 
 from __future__ import annotations
 
@@ -8,12 +8,18 @@ from typing import Any
 import pytest
 
 from airflow_provider_slurmapi.api.envelope import SlurmReply
-from airflow_provider_slurmapi.api.errors import SlurmAccountingUnavailableError, SlurmTransportError
+from airflow_provider_slurmapi.api.errors import (
+    GoogleApiError,
+    SlurmAccountingUnavailableError,
+    SlurmApiError,
+    SlurmTransportError,
+)
 from airflow_provider_slurmapi.api.jobs import JobSpec
 from airflow_provider_slurmapi.api.reattach import (
+    MAX_JOB_NAME,
     SubmitOutcomeUnknownError,
+    TaskIdentity,
     TaskTry,
-    job_try,
     split_comment,
     submit_once,
     tagged_comment,
@@ -23,29 +29,44 @@ from tests.fixtures import recorded, recorded_status
 
 V = "v0.0.42"
 TAG = task_instance_tag("dag", "train", "manual__2026-01-01T00:00:00+00:00", -1)
-SPEC = JobSpec.build("#!/bin/bash\ntrue", {"current_working_directory": "/h", "name": "dag.train", "comment": TAG})
+RUN_ID = "manual__2026-01-01T00:00:00+00:00"
+ME = "ciuser"  # the user of every recorded real job
 
 
-def active(*states: str, comment: str = TAG) -> SlurmReply:
+def ident(number: int = 1, run_start: int = 1) -> TaskIdentity:
+    return TaskIdentity.of("dag", "train", RUN_ID, -1, TaskTry(number, run_start))
+
+
+def spec(identity: TaskIdentity | None = None) -> JobSpec:
+    name = (identity or ident()).job_name("dag.train")
+    return JobSpec.build("#!/bin/bash\ntrue", {"current_working_directory": "/h", "name": name, "comment": TAG})
+
+
+SPEC = spec()
+NAME = SPEC.job["name"]
+
+
+def active(*states: str, name: str = NAME, user: str = ME) -> SlurmReply:
     body = copy.deepcopy(recorded("job_running"))
     template = body["jobs"][0]
     body["jobs"] = []
     for n, state in enumerate(states, start=10):
         record = copy.deepcopy(template)
-        record.update(job_id=n, job_state=[state], comment=comment)
+        record.update(job_id=n, job_state=[state], name=name, user_name=user, comment="")
         body["jobs"].append(record)
     return SlurmReply.from_structured(200, body)
 
 
-def accounted(*states: str, comment: str = TAG) -> SlurmReply:
+def accounted(*states: str, name: str = NAME, user: str = ME) -> SlurmReply:
+    """Accounting as real Slurm keeps it by default: the name and user, no comment."""
     body = copy.deepcopy(recorded("slurmdb_job"))
     template = body["jobs"][0]
     body["jobs"] = []
     for n, state in enumerate(states, start=1):
         record = copy.deepcopy(template)
-        record.update(job_id=n)
+        record.update(job_id=n, name=name, user=user)
         record["state"]["current"] = [state]
-        record["comment"]["job"] = comment
+        record["comment"]["job"] = ""
         body["jobs"].append(record)
     return SlurmReply.from_structured(200, body)
 
@@ -66,55 +87,131 @@ def drive(op, answers: list[Any]):
         return done.value, calls
 
 
-def test_tag_is_deterministic_and_bounded():
-    assert TAG == "airflow-ti:dag/train/manual__2026-01-01T00:00:00+00:00/-1"
-    assert len(task_instance_tag("d" * 300, "t", "r")) <= 240
-    assert tagged_comment(TAG, "mine") == TAG + " mine"
+def test_the_identity_ends_the_job_name_readably_and_bounded():
+    identity = ident()
+    assert NAME.startswith("dag.train~af") and NAME.endswith("r1") and identity.job_name("dag.train") == NAME
+    assert identity.suffix == "~af" + identity.digest + "r1" and len(identity.digest) == 12
+    assert ident(5, 4).job_name("x").endswith("r4")  # the run, not the try: a retry finds its run's jobs
+    assert ident(1).digest == ident(3, 2).digest  # one task instance, whatever the try
+    assert TaskIdentity.of("dag", "train", RUN_ID, 0).digest != ident().digest  # a mapped task is another
+    long = identity.job_name("n" * 500)
+    assert len(long) == MAX_JOB_NAME and long.endswith(identity.suffix)
+    assert identity.job_name("my job,v2 'x'").startswith("my_job_v2__x_~af")  # safe for accounting's filter
+
+
+def test_the_search_asks_accounting_for_this_runs_exact_name():
+    _, calls = drive(submit_once(V, SPEC, ident()), [active(), accounted(), named("submit")])
+    assert calls[1].path == f"/slurmdb/{V}/jobs/?job_name={NAME}"
 
 
 def test_running_job_is_reattached_without_a_submit():
-    outcome, calls = drive(submit_once(V, SPEC, TAG), [active("RUNNING"), accounted()])
+    outcome, calls = drive(submit_once(V, SPEC, ident()), [active("RUNNING"), accounted()])
     assert outcome.reattached and outcome.job_id == 10
     assert all(c.method == "GET" for c in calls)
 
 
-def test_completed_job_in_accounting_is_reattached():
-    outcome, _ = drive(submit_once(V, SPEC, TAG), [active(), accounted("COMPLETED")])
-    assert outcome.reattached and outcome.job.state.is_success
+def test_completed_job_in_accounting_without_its_comment_is_reattached():
+    outcome, _ = drive(submit_once(V, SPEC, ident(2)), [active(), accounted("COMPLETED")])
+    assert outcome.reattached and outcome.job.state.is_success and outcome.job.comment == ""
 
 
 def test_failed_earlier_job_is_resubmitted():
-    outcome, calls = drive(submit_once(V, SPEC, TAG), [active(), accounted("FAILED"), named("submit")])
+    outcome, calls = drive(submit_once(V, SPEC, ident(2)), [active(), accounted("FAILED"), named("submit")])
     assert not outcome.reattached and outcome.job_id == 1
     assert calls[-1].method == "POST"
 
 
 def test_other_tasks_jobs_are_ignored():
-    outcome, _ = drive(submit_once(V, SPEC, TAG), [active("RUNNING", comment=TAG + "0"), accounted(), named("submit")])
+    other = TaskIdentity.of("dag", "train", "another-run").job_name("dag.train")
+    outcome, _ = drive(submit_once(V, SPEC, ident()), [active("RUNNING", name=other), accounted(), named("submit")])
     assert not outcome.reattached
 
 
-def test_lost_submit_reply_finds_the_job():
-    lost = SlurmTransportError("reset", ambiguous=True)
-    outcome, calls = drive(submit_once(V, SPEC, TAG), [active(), accounted(), lost, active("PENDING"), accounted()])
+def test_a_name_that_only_contains_the_identity_is_another_job():
+    outcome, _ = drive(
+        submit_once(V, SPEC, ident()), [active("RUNNING", name=NAME + "-copy"), accounted(), named("submit")]
+    )
+    assert not outcome.reattached
+
+
+@pytest.mark.parametrize("where", ["queue", "accounting"])
+def test_another_users_job_with_the_tasks_name_is_never_reattached(where):
+    queue = active("RUNNING", user="mallory") if where == "queue" else active()
+    db = accounted("COMPLETED", user="mallory") if where == "accounting" else accounted()
+    op = submit_once(V, SPEC, ident(2), user=ME)
+    outcome, _ = drive(op, [queue, db, named("submit")])
+    assert not outcome.reattached
+
+
+def test_with_the_user_unknown_the_oldest_job_of_the_task_names_it():
+    # Job 1 (accounting, ours) is older than 10 (the queue, a copy of its name by someone else).
+    both = [active("RUNNING", user="mallory"), accounted("COMPLETED")]
+    outcome, _ = drive(submit_once(V, SPEC, ident(2)), both)
+    assert outcome.reattached and outcome.job_id == 1 and outcome.job.user == ME
+
+
+def test_an_earlier_runs_active_job_of_another_user_is_not_cancelled():
+    earlier = ident(3, 3).job_name("dag.train")
+    outcome, calls = drive(
+        submit_once(V, spec(ident(4, 4)), ident(4, 4), user=ME),
+        [active("RUNNING", name=earlier, user="mallory"), accounted(), named("submit")],
+    )
+    assert [c.method for c in calls] == ["GET", "GET", "POST"] and outcome.cancelled == []
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        SlurmTransportError("reset", ambiguous=True),
+        GoogleApiError(503, "UNAVAILABLE", "after the submit"),
+        GoogleApiError(504, "DEADLINE_EXCEEDED", "slow"),
+        GoogleApiError(500, "INTERNAL", "oops"),
+        GoogleApiError(500, "UNKNOWN", "?"),
+        GoogleApiError(502, "", "bad gateway"),
+    ],
+    ids=["reset", "unavailable", "deadline", "internal", "unknown", "502"],
+)
+def test_a_submit_of_unknown_fate_is_looked_for_not_resent(error):
+    outcome, calls = drive(
+        submit_once(V, SPEC, ident()), [active(), accounted(), error, active("PENDING"), accounted()]
+    )
     assert outcome.reattached and outcome.job_id == 10
     assert [c.method for c in calls].count("POST") == 1
-
-
-def test_lost_submit_reply_never_submits_twice():
-    lost = SlurmTransportError("reset", ambiguous=True)
     with pytest.raises(SubmitOutcomeUnknownError, match="not submitted again"):
-        drive(submit_once(V, SPEC, TAG), [active(), accounted(), lost, active(), accounted()])
+        drive(submit_once(V, SPEC, ident()), [active(), accounted(), error, active(), accounted()])
+
+
+def test_reattach_off_still_looks_after_a_submit_of_unknown_fate():
+    lost = GoogleApiError(503, "UNAVAILABLE", "after the submit")
+    outcome, calls = drive(submit_once(V, SPEC, ident(), reattach=False), [lost, active("RUNNING"), accounted()])
+    assert outcome.reattached and [c.method for c in calls] == ["POST", "GET", "GET"]
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        GoogleApiError(400, "INVALID_ARGUMENT", "bad path"),
+        GoogleApiError(403, "PERMISSION_DENIED", "no"),
+        GoogleApiError(404, "NOT_FOUND", "no cluster"),
+        SlurmTransportError("refused"),
+        SlurmApiError("Slurm refused it", http_status=500),
+    ],
+    ids=["400", "403", "404", "refused", "slurm-error"],
+)
+def test_a_submit_that_certainly_did_nothing_is_not_looked_for(error):
+    with pytest.raises(type(error)):
+        drive(submit_once(V, SPEC, ident()), [active(), accounted(), error])
 
 
 def test_accounting_down_blocks_only_later_tries():
     down = named("slurmdb_job_slurmdbd_down")
-    outcome, _ = drive(submit_once(V, SPEC, TAG, task_try=TaskTry(1)), [active(), down, named("submit")])
+    outcome, _ = drive(submit_once(V, SPEC, ident(1)), [active(), down, named("submit")])
     assert not outcome.reattached
     with pytest.raises(SlurmAccountingUnavailableError):
-        drive(submit_once(V, SPEC, TAG, task_try=TaskTry(2)), [active(), down])
+        drive(submit_once(V, SPEC, ident(2)), [active(), down])
     # The first try after a clear: no earlier try of its run can have submitted.
-    outcome, _ = drive(submit_once(V, SPEC, TAG, task_try=TaskTry(4, run_start=4)), [active(), down, named("submit")])
+    cleared = ident(4, 4)
+    outcome, _ = drive(submit_once(V, spec(cleared), cleared), [active(), down, named("submit")])
     assert not outcome.reattached
 
 
@@ -128,6 +225,7 @@ def test_the_comment_records_the_try_and_keeps_the_users_comment():
     assert split_comment(tagged_comment(TAG, None, 12)) == (TAG, 12, "")
     assert split_comment(TAG + " trying hard") == (TAG, None, "trying hard")  # tagged before tries were recorded
     assert split_comment("a comment") == (None, None, "a comment")
+    assert len(task_instance_tag("d" * 300, "t", "r")) <= 240
 
 
 @pytest.mark.parametrize(
@@ -147,9 +245,10 @@ def test_the_run_of_tries_starts_after_the_last_clear(try_number, max_tries, ret
 
 
 def test_an_earlier_runs_active_job_is_cancelled_and_the_cleared_task_submits_anew():
+    cleared = ident(4, 4)
     outcome, calls = drive(
-        submit_once(V, SPEC, TAG, task_try=TaskTry(4, run_start=4)),
-        [active("RUNNING", comment=try_tag(3)), accounted(), named("cancel"), named("submit")],
+        submit_once(V, spec(cleared), cleared),
+        [active("RUNNING", name=ident(3, 1).job_name("dag.train")), accounted(), named("cancel"), named("submit")],
     )
     assert [c.method for c in calls] == ["GET", "GET", "DELETE", "POST"]
     assert calls[2].path.endswith("/job/10")
@@ -158,46 +257,53 @@ def test_an_earlier_runs_active_job_is_cancelled_and_the_cleared_task_submits_an
 
 
 def test_an_earlier_runs_completed_job_is_not_taken_for_this_run():
-    outcome, calls = drive(
-        submit_once(V, SPEC, TAG, task_try=TaskTry(3, run_start=3)),
-        [active(), accounted("COMPLETED", comment=try_tag(2)), named("submit")],
-    )
+    # Accounting is searched by this run's exact name: an earlier run's job is not in its answer.
+    cleared = ident(3, 3)
+    outcome, calls = drive(submit_once(V, spec(cleared), cleared), [active(), accounted(), named("submit")])
     assert not outcome.reattached and outcome.cancelled == []
     assert [c.method for c in calls] == ["GET", "GET", "POST"]
 
 
 def test_a_job_of_this_run_is_reattached_on_a_retry():
+    retry = ident(5, 4)
     outcome, calls = drive(
-        submit_once(V, SPEC, TAG, task_try=TaskTry(5, run_start=4)),
-        [active("RUNNING", comment=try_tag(4)), accounted("COMPLETED", comment=try_tag(2))],
+        submit_once(V, spec(retry), retry),
+        [active("RUNNING", name=ident(4, 4).job_name("dag.train")), accounted()],
     )
-    assert outcome.reattached and outcome.job_id == 10 and job_try(outcome.job) == 4
+    assert outcome.reattached and outcome.job_id == 10
     assert all(c.method == "GET" for c in calls)
 
 
-def test_a_job_tagged_without_a_try_is_still_reattached():
-    outcome, _ = drive(submit_once(V, SPEC, TAG, task_try=TaskTry(4, run_start=4)), [active("RUNNING"), accounted()])
-    assert outcome.reattached and outcome.job_id == 10
-
-
 def test_reattach_off_submits_straight_away():
-    outcome, calls = drive(submit_once(V, SPEC, TAG, reattach=False), [named("submit")])
+    outcome, calls = drive(submit_once(V, SPEC, ident(), reattach=False), [named("submit")])
     assert len(calls) == 1 and not outcome.reattached
 
 
-def one_job(name: str, *, job_id: int, comment: str) -> SlurmReply:
+def test_a_spec_without_the_identity_is_refused():
+    plain = JobSpec.build("#!/bin/bash\ntrue", {"current_working_directory": "/h", "name": "dag.train"})
+    with pytest.raises(ValueError, match="identity"):
+        next(submit_once(V, plain, ident()))
+
+
+def one_job(name: str, *, job_id: int, job_name: str = NAME, user: str = ME) -> SlurmReply:
     body = copy.deepcopy(recorded(name))
-    body["jobs"][0].update(job_id=job_id, comment=comment)
+    body["jobs"][0].update(job_id=job_id, name=job_name, user_name=user)
     return SlurmReply.from_structured(recorded_status(name), body)
 
 
 def test_a_job_recorded_by_an_earlier_try_is_reattached_with_one_call():
-    outcome, calls = drive(
-        submit_once(V, SPEC, TAG, task_try=TaskTry(2), known_job_id=42),
-        [one_job("job_running", job_id=42, comment=try_tag(1))],
-    )
+    outcome, calls = drive(submit_once(V, SPEC, ident(2), known_job_id=42), [one_job("job_running", job_id=42)])
     assert outcome.reattached and outcome.job_id == 42
     assert [(c.method, c.path) for c in calls] == [("GET", "/slurm/v0.0.42/job/42")]
+
+
+def test_the_recorded_job_names_the_callers_user_for_the_search():
+    # The recorded job failed; the search then refuses a newer copy of its name by another user.
+    outcome, calls = drive(
+        submit_once(V, SPEC, ident(2), known_job_id=42),
+        [one_job("job_failed", job_id=42), active("RUNNING", user="mallory"), accounted(), named("submit")],
+    )
+    assert not outcome.reattached and calls[-1].method == "POST"
 
 
 @pytest.mark.parametrize(
@@ -205,18 +311,19 @@ def test_a_job_recorded_by_an_earlier_try_is_reattached_with_one_call():
     ["another task's job (a reused id)", "failed", "of an earlier run (cleared since)", "unknown to Slurm"],
 )
 def test_a_recorded_job_that_cannot_be_reused_leaves_the_decision_to_the_search(why):
+    earlier_name = ident(1, 1).job_name("dag.train")
     known = {
-        "another task's job (a reused id)": [one_job("job_running", job_id=42, comment="someone else's")],
-        "failed": [one_job("job_failed", job_id=42, comment=try_tag(1))],
-        "of an earlier run (cleared since)": [one_job("job_running", job_id=42, comment=try_tag(1))],
+        "another task's job (a reused id)": [one_job("job_running", job_id=42, job_name="someone-else")],
+        "failed": [one_job("job_failed", job_id=42)],
+        "of an earlier run (cleared since)": [one_job("job_running", job_id=42, job_name=earlier_name)],
         "unknown to Slurm": [named("job_not_found"), named("slurmdb_job_not_found")],
     }[why]
     earlier = "earlier run" in why
-    task_try = TaskTry(2, run_start=2) if earlier else TaskTry(2)
-    search = [active("RUNNING", comment=try_tag(1)) if earlier else active(), accounted()]
+    identity = ident(2, 2) if earlier else ident(2)
+    search = [active("RUNNING", name=earlier_name) if earlier else active(), accounted()]
     cancel = [named("cancel")] if earlier else []
     outcome, calls = drive(
-        submit_once(V, SPEC, TAG, task_try=task_try, known_job_id=42), [*known, *search, *cancel, named("submit")]
+        submit_once(V, spec(identity), identity, known_job_id=42), [*known, *search, *cancel, named("submit")]
     )
     assert not outcome.reattached and outcome.cancelled == ([10] if earlier else [])
     assert calls[-1].method == "POST"
