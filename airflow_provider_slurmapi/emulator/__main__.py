@@ -35,6 +35,12 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--token-lifetime", type=int, default=3600)
     parser.add_argument("--simulate", action="store_true", help="simulate job runs instead of running scripts")
     parser.add_argument(
+        "--accounting-store-flags",
+        default="",
+        metavar="FLAGS",
+        help="as slurm.conf's AccountingStoreFlags, e.g. job_comment (default none: accounting keeps no comment)",
+    )
+    parser.add_argument(
         "--partition",
         type=_partition,
         action="append",
@@ -76,6 +82,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         accounting_delay=args.accounting_delay,
         token_lifetime=args.token_lifetime,
         simulate=args.simulate,
+        accounting_store_flags=args.accounting_store_flags.split(","),
         log_calls=not args.quiet,
         upstream=args.upstream,
         upstream_user=upstream_user if args.upstream else None,

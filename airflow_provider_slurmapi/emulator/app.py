@@ -33,6 +33,9 @@ class SlurmJobApiEmulator:
 
     Use it as a context manager (``with SlurmJobApiEmulator() as emu: ...``) or call ``start``/``stop``.
 
+    ``accounting_store_flags`` plays slurm.conf's ``AccountingStoreFlags``: like real Slurm by default,
+    accounting keeps no job comment; ``("job_comment",)`` keeps it.
+
     Proxy mode (``upstream="http://slurm:6820"`` with ``upstream_user`` and ``upstream_token``, a
     slurmrestd JWT): the Google layer stays the emulator's (auth, 1 MB limit, NOT_FOUND /
     PERMISSION_DENIED, faults) and each Slurm call goes to that real slurmrestd as ``upstream_user``;
@@ -65,6 +68,7 @@ class SlurmJobApiEmulator:
         upstream_user: str | None = None,
         upstream_token: str | None = None,
         upstream_timeout: float = 60.0,
+        accounting_store_flags: Iterable[str] = (),
     ) -> None:
         if upstream is not None and (not upstream_user or not upstream_token):
             raise ValueError("proxy mode needs upstream_user and upstream_token (a slurmrestd JWT for that user)")
@@ -107,6 +111,7 @@ class SlurmJobApiEmulator:
             simulate=simulate,
             completing_time=completing_time,
             kill_wait=kill_wait,
+            accounting_store_flags=_store_flags(accounting_store_flags),
         )
         self._slurm = SlurmRest(self._cluster)
         self.upstream = upstream.rstrip("/") if upstream is not None else None
@@ -379,3 +384,15 @@ def _snapshot(job: Job) -> dict[str, Any]:
         "pid": job.proc.pid if job.proc is not None else None,
         "in_queue": job.in_queue,
     }
+
+
+# slurm.conf AccountingStoreFlags values that change what the emulator's accounting answers.
+STORE_FLAGS = frozenset({"job_comment", "job_extra", "job_env", "job_script"})
+
+
+def _store_flags(flags: Iterable[str]) -> frozenset[str]:
+    chosen = frozenset(f.strip().lower() for f in ([flags] if isinstance(flags, str) else flags) if f.strip())
+    unknown = chosen - STORE_FLAGS
+    if unknown:
+        raise ValueError(f"accounting_store_flags: unknown {sorted(unknown)}; known: {sorted(STORE_FLAGS)}")
+    return chosen

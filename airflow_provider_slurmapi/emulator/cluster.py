@@ -48,8 +48,11 @@ class Cluster:
         completing_time: float = 0.3,
         kill_wait: float = 2.0,
         tick: float = 0.05,
+        accounting_store_flags: frozenset[str] = frozenset(),
     ) -> None:
         self.name = name
+        # slurm.conf's AccountingStoreFlags: what accounting keeps besides the defaults (job_comment, ...).
+        self.accounting_store_flags = accounting_store_flags
         self.default_partition = default_partition
         self.state_dir = state_dir
         self.min_job_age = min_job_age
@@ -228,6 +231,8 @@ class Cluster:
     def cancel(self, job: Job, signum: int | None, user: str) -> str | None:
         """Cancel (or, with a signal other than KILL, just signal) a job; returns a recorded error name."""
         with self.lock:
+            if job.user != user:
+                return "cancel_denied"  # real slurmctld: only the job's own user (or an operator) may
             if job.is_final or job.ending is not None:
                 return "cancel_done"
             if signum not in (None, signal.SIGKILL):

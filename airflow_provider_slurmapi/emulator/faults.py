@@ -11,10 +11,17 @@ GOOGLE_ERRORS: dict[str, tuple[int, str, str]] = {
     "unavailable": (503, "UNAVAILABLE", "The service is currently unavailable."),
     "resource_exhausted": (429, "RESOURCE_EXHAUSTED", "Quota exceeded for quota metric 'Requests'."),
     "internal": (500, "INTERNAL", "Internal error encountered."),
+    "deadline_exceeded": (504, "DEADLINE_EXCEEDED", "Deadline expired before operation could complete."),
 }
+# The same answers *after* the call took effect (AIP-194: an UNAVAILABLE does not say nothing was done):
+# ``unavailable_after`` runs the Slurm call, then answers 503 UNAVAILABLE.
+AFTER_SUFFIX = "_after"
+AFTER_KINDS = frozenset(kind + AFTER_SUFFIX for kind in GOOGLE_ERRORS)
 # Faults of the OAuth token endpoint; every other kind hits callSlurmRestApi calls.
 TOKEN_KINDS = frozenset({"token_error", "token_slow"})
-KINDS = frozenset({*GOOGLE_ERRORS, "slurmdbd_down", "reset", "slow", "malformed", "lost_reply", *TOKEN_KINDS})
+KINDS = frozenset(
+    {*GOOGLE_ERRORS, *AFTER_KINDS, "slurmdbd_down", "reset", "slow", "malformed", "lost_reply", *TOKEN_KINDS}
+)
 _METHODS = {"GET": "HTTP_METHOD_GET", "POST": "HTTP_METHOD_POST", "DELETE": "HTTP_METHOD_DELETE"}
 
 

@@ -125,8 +125,12 @@ def _job_resources(resources: dict[str, Any], job: Job, cpus: int) -> dict[str, 
     return resources
 
 
-def slurmdb_job(job: Job, cluster: str) -> dict[str, Any]:
-    """One element of ``jobs`` in ``GET /slurmdb/v0.0.42/job/{id}`` and ``/jobs/``."""
+def slurmdb_job(job: Job, cluster: str, store_flags: frozenset[str] = frozenset()) -> dict[str, Any]:
+    """One element of ``jobs`` in ``GET /slurmdb/v0.0.42/job/{id}`` and ``/jobs/``.
+
+    As in real Slurm, accounting keeps the job's comment only with ``AccountingStoreFlags=job_comment``
+    (``store_flags``), which is not the default: without it the record reads ``"job": ""``.
+    """
     record: dict[str, Any] = template("slurmdb_job")
     req = job.request
     started = _started(job)
@@ -136,7 +140,7 @@ def slurmdb_job(job: Job, cluster: str) -> dict[str, Any]:
     record.update(
         {
             "account": req.account or "default",
-            "comment": {"administrator": "", "job": req.comment, "system": ""},
+            "comment": {"administrator": "", "job": req.comment if "job_comment" in store_flags else "", "system": ""},
             "allocation_nodes": req.node_count if started else 0,
             "cluster": cluster,
             "exit_code": _db_exit_code(job),

@@ -18,7 +18,7 @@ from typing import Any, NamedTuple, Protocol
 from urllib.parse import parse_qs
 
 from .auth import AccessToken, GrantError, TokenAuthority
-from .faults import GOOGLE_ERRORS, Fault, FaultInjector
+from .faults import AFTER_KINDS, AFTER_SUFFIX, GOOGLE_ERRORS, Fault, FaultInjector
 from .slurmrest import InvalidPath
 
 logger = logging.getLogger("airflow_provider_slurmapi.emulator")
@@ -322,6 +322,11 @@ class Handler(BaseHTTPRequestHandler):
         except GoogleError as error:
             frontend.record(Call(method, path, error.code))
             self._send_error(error)
+            return
+        if fault is not None and fault.kind in AFTER_KINDS:
+            code, status, message = GOOGLE_ERRORS[fault.kind.removesuffix(AFTER_SUFFIX)]
+            frontend.record(Call(method, path, code), slurm_status)
+            self._send_error(GoogleError(code, status, message))
             return
         if fault is not None and fault.kind == "lost_reply":
             frontend.record(Call(method, path, 0), slurm_status)

@@ -196,7 +196,8 @@ class SlurmRest:
             status["step_id"] = text
             return 200, self._reply("slurmctld", status=[status])
         if all(problems):
-            status = record("cancel_done")
+            # real slurmrestd v0.0.42 names one error per request: "denied" wins over "already done"
+            status = record("cancel_denied" if "cancel_denied" in problems else "cancel_done")
             status["step_id"] = text
             status["job_id"] = number(jobs[0].job_id)
             return 200, self._reply("slurmctld", status=[status])
@@ -241,7 +242,7 @@ class SlurmRest:
             jobs = self.cluster.accounting(int(match.group(1)))
             if match.group(2) is not None:
                 jobs = [job for job in jobs if job.array_task_id == int(match.group(2))]
-            records = [slurmdb_job(job, self.cluster.name) for job in jobs]
+            records = [slurmdb_job(job, self.cluster.name, self.cluster.accounting_store_flags) for job in jobs]
         warnings = [] if records else [self._found_nothing()]
         return 200, self._reply("slurmdbd", jobs=records, warnings=warnings)
 
@@ -266,7 +267,7 @@ class SlurmRest:
                 if all(filters[key](job).upper() in values for key, values in wanted.items())
                 and (not steps or str(job.job_id) in steps)
             ]
-            records = [slurmdb_job(job, self.cluster.name) for job in jobs]
+            records = [slurmdb_job(job, self.cluster.name, self.cluster.accounting_store_flags) for job in jobs]
         warnings = [] if records else [self._found_nothing()]
         return 200, self._reply("slurmdbd", jobs=records, warnings=warnings)
 

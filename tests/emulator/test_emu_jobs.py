@@ -225,12 +225,25 @@ def test_hold_and_release(api: Api, emu: SlurmJobApiEmulator) -> None:
     emu.wait_for_state(job_id, "COMPLETED", 10)
 
 
-def test_comment_round_trips_exactly(api: Api, emu: SlurmJobApiEmulator) -> None:
+@pytest.mark.slurmapi_emulator(accounting_store_flags=("job_comment",))
+def test_comment_round_trips_exactly_where_accounting_keeps_comments(api: Api, emu: SlurmJobApiEmulator) -> None:
     comment = 'airflow-ti:dag_ü/task.x/manual__2026-01-01T00:00:00+00:00/-1 "quoted" \\ back'
     job_id = api.submit("#!/bin/bash\ntrue\n", comment=comment)
     assert api.job(job_id)[1]["jobs"][0]["comment"] == comment
     emu.wait_for_state(job_id, "COMPLETED", 10)
     assert api.db_job(job_id)[1]["jobs"][0]["comment"]["job"] == comment
+
+
+def test_accounting_keeps_no_comment_by_default_as_real_slurm(api: Api, emu: SlurmJobApiEmulator) -> None:
+    job_id = api.submit("#!/bin/bash\ntrue\n", comment="kept only in the queue")
+    assert api.job(job_id)[1]["jobs"][0]["comment"] == "kept only in the queue"
+    emu.wait_for_state(job_id, "COMPLETED", 10)
+    assert api.db_job(job_id)[1]["jobs"][0]["comment"]["job"] == ""
+
+
+def test_accounting_store_flags_are_checked() -> None:
+    with pytest.raises(ValueError, match="job_coment"):
+        SlurmJobApiEmulator(accounting_store_flags=("job_coment",))
 
 
 @pytest.mark.slurmapi_emulator(min_job_age=0.5)
@@ -245,7 +258,7 @@ def test_min_job_age_moves_a_job_to_accounting_only(api: Api, emu: SlurmJobApiEm
     assert api.call("GET", f"/slurm/{V}/jobs/state/?job_id={job_id}")[1]["jobs"] == []
     assert api.cancel(job_id)[1]["status"][0]["error"]["code"] == 2017
     (record,) = api.db_job(job_id)[1]["jobs"]
-    assert record["state"]["current"] == ["COMPLETED"] and record["comment"]["job"] == "keep-me"
+    assert record["state"]["current"] == ["COMPLETED"] and record["comment"]["job"] == ""  # as real Slurm
     assert record["name"] == "aged" and record["stdout_expanded"] == f"{CWD}/slurm-{job_id}.out"
     assert record["time"]["end"] >= record["time"]["start"] >= record["time"]["submission"] > 0
     status, body = api.call("GET", f"/slurmdb/{V}/jobs/?state=COMPLETED&job_name=aged&unknown_filter=1")
