@@ -54,8 +54,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         return
     skip = pytest.mark.skip(reason=SKIP_REASON)
     for item in items:
-        if HERE in Path(str(item.fspath)).resolve().parents:
+        if HERE in Path(str(item.fspath)).resolve().parents and not _emulator_half(item):
             item.add_marker(skip)
+
+
+def _emulator_half(item: pytest.Item) -> bool:
+    """A scenario's run on the emulator backend (test_scenarios*.py), which needs no real Slurm."""
+    callspec = getattr(item, "callspec", None)
+    return callspec is not None and callspec.params.get("backend") == "emulator"
 
 
 def _tail(path: Path, lines: int = 40) -> str:

@@ -5,6 +5,7 @@
 #   ctl.sh slurmdbd-stop          stop slurmdbd (by PID) and wait until it is gone
 #   ctl.sh slurmdbd-start         start it again and wait until it answers
 #   ctl.sh token [USER] [SECONDS] print a fresh JWT (default: the job user, 4 h)
+#   ctl.sh add-user USER [UID]    a second unprivileged Slurm user (home, account association)
 #   ctl.sh host-path CLUSTER_PATH print where a path inside the cluster is on this host
 #   ctl.sh status                 which daemons are up
 #
@@ -65,6 +66,15 @@ slurmdbd-start)
 token)
     need_root "token"
     chroot "$ROOT" scontrol token username="${2:-$SLURM_USER}" lifespan="${3:-14400}" | sed -n 's/^SLURM_JWT=//p'
+    ;;
+add-user)
+    need_root "add-user"
+    [ -n "${2:-}" ] || die "usage: ctl.sh add-user USER [UID]"
+    chroot "$ROOT" getent passwd "$2" >/dev/null || chroot "$ROOT" useradd -m -u "${3:-2001}" -s /bin/bash "$2"
+    account=$(chroot "$ROOT" sacctmgr -n -P show user "$SLURM_USER" format=defaultaccount | head -n 1)
+    [ -n "$(chroot "$ROOT" sacctmgr -n -P show user "$2" format=user)" ] ||
+        chroot "$ROOT" sacctmgr -i add user "$2" Account="${account:-ci}" >/dev/null
+    echo "user $2 ready (account ${account:-ci})"
     ;;
 host-path)
     [ -n "${2:-}" ] || die "usage: ctl.sh host-path /path/inside/cluster"

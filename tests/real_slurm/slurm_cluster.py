@@ -173,6 +173,11 @@ class RealSlurm:
             pytest.fail(f"ctl.sh {' '.join(args)} failed ({proc.returncode}): {proc.stdout}{proc.stderr}")
         return proc.stdout
 
+    def add_user(self, name: str) -> str:
+        """A second unprivileged Slurm user (created once); returns a fresh JWT for it."""
+        self._ctl("add-user", name)
+        return self._ctl("token", name, "14400").strip()
+
     def stop_slurmdbd(self) -> None:
         self._ctl("slurmdbd-stop")
 
