@@ -11,7 +11,7 @@ emulator with seeded faults on every kind of call:
 * per call (``--fault-rate`` of every call, and more on submits and accounting reads): 503 UNAVAILABLE,
   429 RESOURCE_EXHAUSTED, 500 INTERNAL, connection resets, truncated JSON, replies slower than the
   client's timeout, 502 from slurmdb (slurmdbd down), token endpoint errors, and submits Slurm accepted
-  whose reply never reached the client;
+  whose reply never reached the client or came back as 503 UNAVAILABLE / 504 DEADLINE_EXCEEDED;
 * per job (seeded, by a thread watching the cluster): NODE_FAIL or PREEMPTED of a running job that Slurm
   requeues, a job purged from the active queue early (while running, or right after it ended), and every
   access token revoked early.
@@ -46,7 +46,9 @@ ROOT = Path(__file__).resolve().parent.parent
 DAG_FILE = ROOT / "tests" / "dags" / "slurm_chaos_dags.py"
 # Faults on every call, split evenly; lost replies hit submits only and slurmdbd_down /slurmdb paths only.
 GENERIC_FAULTS = ("unavailable", "resource_exhausted", "internal", "reset", "malformed", "slow")
-FAULT_KINDS = (*GENERIC_FAULTS, "slurmdbd_down", "token_error", "lost_reply")
+# Submits Slurm accepted whose answer the client never saw, or saw as a Google 5xx (fate unknown).
+SUBMIT_FAULTS = ("lost_reply", "unavailable_after", "deadline_exceeded_after")
+FAULT_KINDS = (*GENERIC_FAULTS, "slurmdbd_down", "token_error", *SUBMIT_FAULTS)
 # What happens to a job while it runs, each with its share of ``job_event_rate``.
 JOB_EVENTS = ("node_fail_requeued", "preempted_requeued", "purged_running", "purged_ended")
 TOKEN_EXPIRY = "tokens_expired"
@@ -58,7 +60,9 @@ TOKEN_FAULT_RATE = 0.5
 
 def arm_faults(emu: SlurmJobApiEmulator, rate: float) -> None:
     """Seeded faults (the emulator's seed) on ``rate`` of every call; submits, slurmdb reads and tokens get more."""
-    emu.inject_fault("lost_reply", count=None, probability=rate, path_contains="/job/submit", method="POST")
+    after = 1 - (1 - rate) ** (1 / len(SUBMIT_FAULTS))
+    for kind in SUBMIT_FAULTS:
+        emu.inject_fault(kind, count=None, probability=after, path_contains="/job/submit", method="POST")
     emu.inject_fault("slurmdbd_down", count=None, probability=rate)
     each = 1 - (1 - rate) ** (1 / len(GENERIC_FAULTS))
     for kind in GENERIC_FAULTS:
@@ -142,10 +146,11 @@ class ChaosRun:
     token_requests: int
     faults: Counter[str]
     events: Counter[str]
+    job_tags: list[str | None] = field(default_factory=list)  # each job's task instance (by its name)
     jobs_per_tag: Counter[str] = field(init=False)
 
     def __post_init__(self) -> None:
-        self.jobs_per_tag = Counter(job["comment"].split(" ")[0] for job in self.jobs)
+        self.jobs_per_tag = Counter(tag for tag in self.job_tags if tag is not None)
 
     @property
     def tasks_failed(self) -> int:
@@ -159,7 +164,7 @@ class ChaosRun:
     @property
     def lost(self) -> int:
         """Task instances with no COMPLETED job of their own."""
-        completed = {job["comment"].split(" ")[0] for job in self.jobs if job["state"] == ["COMPLETED"]}
+        completed = {tag for job, tag in zip(self.jobs, self.job_tags, strict=True) if job["state"] == ["COMPLETED"]}
         return sum(1 for tag in self.ti_states if tag not in completed)
 
     @property
@@ -199,6 +204,16 @@ def connection(emu: SlurmJobApiEmulator) -> Iterator[None]:
             os.environ[name] = before
 
 
+@dataclass(frozen=True)
+class RealSlurm:
+    """A real slurmrestd to run the chaos against (through the emulator's Google layer, in proxy mode)."""
+
+    url: str
+    user: str
+    token: str = field(repr=False)
+    cwd: str = ""
+
+
 def run_chaos(
     dag_id: str,
     tasks: int,
@@ -207,31 +222,85 @@ def run_chaos(
     runtime: float = 0.5,
     job_event_rate: float = 0.4,
     expiry_rate: float = 0.1,
+    real: RealSlurm | None = None,
 ) -> ChaosRun:
-    """Run the DAG ``dag_id`` with ``tasks`` tasks through ``dag.test()`` under seeded faults."""
-    from airflow_provider_slurmapi.api.reattach import task_instance_tag
+    """Run the DAG ``dag_id`` with ``tasks`` tasks through ``dag.test()`` under seeded faults.
+
+    With ``real``, Slurm calls go to that slurmrestd (the faults stay the emulator's Google layer's; the
+    cluster events, which only a simulated cluster can stage, do not happen) and the jobs are counted
+    from its queue and accounting.
+    """
     from airflow_provider_slurmapi.emulator import SlurmJobApiEmulator
 
     dag = load_dags().DAGS[dag_id]
     started = time.monotonic()
-    with SlurmJobApiEmulator(simulate=True, partitions={"debug": 16}, min_job_age=3600, seed=seed) as emu:
+    conf: dict[str, Any] = {"tasks": tasks, "runtime": runtime}
+    if real is None:
+        emu = SlurmJobApiEmulator(simulate=True, partitions={"debug": 16}, min_job_age=3600, seed=seed)
+    else:
+        emu = SlurmJobApiEmulator(upstream=real.url, upstream_user=real.user, upstream_token=real.token, seed=seed)
+        conf["cwd"] = real.cwd
+    with emu:
         arm_faults(emu, rate)
-        with connection(emu), ClusterChaos(emu, seed, job_event_rate, expiry_rate) as chaos:
-            dag_run = dag.test(run_conf={"tasks": tasks, "runtime": runtime})
+        with connection(emu):
+            if real is None:
+                with ClusterChaos(emu, seed, job_event_rate, expiry_rate) as chaos:
+                    dag_run = dag.test(run_conf=conf)
+                events = chaos.events
+            else:
+                dag_run = dag.test(run_conf=conf)
+                events = Counter()
         emu.clear_faults()
         tis = [ti for ti in dag_run.get_task_instances() if ti.task_id.startswith("submit_")]
+        jobs = emu.jobs() if real is None else _real_jobs(real)
+        tags = _tags_by_digest(tis)
+        ours = [(job, tags[d]) for job in jobs if (d := _digest(job["name"])) in tags]
         return ChaosRun(
             dag_id=dag_id,
             tasks=tasks,
             seconds=time.monotonic() - started,
-            ti_states={task_instance_tag(ti.dag_id, ti.task_id, ti.run_id, ti.map_index): state_name(ti) for ti in tis},
+            ti_states={tags[_ti_digest(ti)]: state_name(ti) for ti in tis},
             tries=sum(int(ti.try_number) for ti in tis),
-            jobs=emu.jobs(),
+            jobs=[job for job, _ in ours],
             calls=emu.calls,
             token_requests=emu.token_requests,
             faults=Counter(emu.faults.fired),
-            events=chaos.events,
+            events=events,
+            job_tags=[tag for _, tag in ours],
         )
+
+
+def _ti_digest(ti: Any) -> str:
+    """The digest that ends the names of the task instance's jobs."""
+    from airflow_provider_slurmapi.api.reattach import TaskIdentity
+
+    return TaskIdentity.of(ti.dag_id, ti.task_id, ti.run_id, ti.map_index).digest
+
+
+def _tags_by_digest(tis: list[Any]) -> dict[str, str]:
+    """Each task instance's tag, keyed by the digest that ends its jobs' names."""
+    from airflow_provider_slurmapi.api.reattach import task_instance_tag
+
+    return {_ti_digest(ti): task_instance_tag(ti.dag_id, ti.task_id, ti.run_id, ti.map_index) for ti in tis}
+
+
+def _digest(name: str) -> str | None:
+    from airflow_provider_slurmapi.api.reattach import name_identity
+
+    found = name_identity(name)
+    return found[0] if found is not None else None
+
+
+def _real_jobs(real: RealSlurm) -> list[dict[str, Any]]:
+    """Every job of the real cluster, from accounting and the queue, as ``{job_id, name, state}``."""
+    from airflow_provider_slurmapi.api.client import SlurmJobApiClient
+    from airflow_provider_slurmapi.api.connection import settings_from_extra
+
+    settings = settings_from_extra({"slurmrestd_url": real.url}, login=real.user, password=real.token)
+    with SlurmJobApiClient(settings.cluster, **settings.client_kwargs()) as client:
+        found = {j.job_id: j for j in client.list_accounted_jobs()}
+        found.update({j.job_id: j for j in client.list_jobs()})
+    return [{"job_id": j.job_id, "name": j.name, "state": [j.state.base]} for j in found.values()]
 
 
 # -- the command line -------------------------------------------------------------------------------

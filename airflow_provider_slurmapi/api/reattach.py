@@ -145,13 +145,19 @@ class TaskIdentity:
 
     def run_of(self, job: SlurmJob) -> int | None:
         """The run of this task instance that submitted ``job``; None for a job of another task instance."""
-        match = _IDENTITY.search(job.name)
-        if match is None or match.end() != len(job.name) or match.group(1) != self.digest:
-            return None
-        return int(match.group(2))
+        found = name_identity(job.name)
+        return found[1] if found is not None and found[0] == self.digest else None
 
     def this_run(self, job: SlurmJob) -> bool:
         return self.run_of(job) == self.run
+
+
+def name_identity(name: str) -> tuple[str, int] | None:
+    """The ``(digest, run)`` a job name ends with (see :class:`TaskIdentity`), or None."""
+    match = _IDENTITY.search(name)
+    if match is None or match.end() != len(name):
+        return None
+    return match.group(1), int(match.group(2))
 
 
 @dataclass

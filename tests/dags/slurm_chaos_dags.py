@@ -1,8 +1,10 @@
 """The chaos suite's DAGs: N submit-and-wait tasks (half waiting in the worker, half deferred), with retries.
 
 ``chaos`` uses the provider as shipped; ``chaos_naive`` is the baseline the benchmark compares against: the
-same tasks through an operator that does what a provider without task-instance tags does. The size and the
-simulated job's runtime come from the run's conf (``{"tasks": 100, "runtime": 1.0}``); run them with
+same tasks through an operator that does what a provider without task-instance tags does. The size, the
+simulated job's runtime and the cluster's working directory come from the run's conf
+(``{"tasks": 100, "runtime": 1.0, "cwd": ...}``); ``chaos_purged_retries`` waits past MinJobAge before
+each retry (for real Slurm). Run them with
 ``benchmarks/chaos.py`` (or ``tests/integration/test_chaos_airflow.py``), which arms the faults.
 """
 
@@ -21,6 +23,9 @@ CWD = "/home/tester/chaos"
 # next try's look-up sees a job whose submit was slow to land.
 RETRIES = 5
 RETRY_DELAY = timedelta(seconds=3)
+# On real Slurm (MinJobAge 10 s, purged on a 10 s sweep, a sweep now and then skipped): a retry that comes
+# after the job of an earlier try has left the active queue, so accounting alone can tell it.
+PURGED_RETRY_DELAY = timedelta(seconds=35)
 POLL_INTERVAL = 0.2
 SCRIPT = "#!/bin/bash\n#EMULATOR runtime={{ params.runtime }} exit=0\necho chaos task $CHAOS_TASK\n"
 # Each of these is mapped over its share of the run's tasks: the first half waits in the worker, the
@@ -33,8 +38,8 @@ DAGS: dict[str, DAG] = {}
 class NaiveSubmitJobOperator(SlurmSubmitJobOperator):
     """The baseline: submit, submit again when the submit call fails, and submit anew on every task try.
 
-    The job still carries the task-instance tag (so the benchmark can count jobs per task), but nothing
-    looks it up: no reattach, no check after a lost reply.
+    The job is still named after its task instance (so the benchmark can count jobs per task), but
+    nothing looks it up: no reattach, no check after a lost reply.
     """
 
     def execute(self, context: Any) -> int:
@@ -62,20 +67,20 @@ def chaos_tasks(wait: str, params: dict[str, Any] | None = None) -> list[dict[st
     return [{"CHAOS_TASK": str(n)} for n in range(first, last)]
 
 
-def _chaos_dag(dag_id: str, operator: type[SlurmSubmitJobOperator]) -> DAG:
+def _chaos_dag(dag_id: str, operator: type[SlurmSubmitJobOperator], retry_delay: timedelta = RETRY_DELAY) -> DAG:
     with DAG(
         dag_id=dag_id,
         schedule=None,
         start_date=datetime(2026, 1, 1),
         catchup=False,
-        params={"tasks": 100, "runtime": 1.0},
-        default_args={"retries": RETRIES, "retry_delay": RETRY_DELAY},
+        params={"tasks": 100, "runtime": 1.0, "cwd": CWD},
+        default_args={"retries": RETRIES, "retry_delay": retry_delay},
     ) as dag:
         for wait, deferrable in WAITS.items():
             operator.partial(
                 task_id=f"submit_{wait}",
                 script=SCRIPT,
-                current_working_directory=CWD,
+                current_working_directory="{{ params.cwd }}",
                 time_limit=10,
                 deferrable=deferrable,
                 poll_interval=POLL_INTERVAL,
@@ -86,3 +91,4 @@ def _chaos_dag(dag_id: str, operator: type[SlurmSubmitJobOperator]) -> DAG:
 
 chaos = _chaos_dag("chaos", SlurmSubmitJobOperator)
 chaos_naive = _chaos_dag("chaos_naive", NaiveSubmitJobOperator)
+chaos_purged_retries = _chaos_dag("chaos_purged_retries", SlurmSubmitJobOperator, PURGED_RETRY_DELAY)
