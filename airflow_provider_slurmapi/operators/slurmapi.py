@@ -202,8 +202,14 @@ class SlurmSubmitJobOperator(BaseOperator):
         self.retry_on_job_failure = retry_on_job_failure
         self.slurmapi_conn_id = slurmapi_conn_id
         self.job_id: int | None = None
-        if gpus_per_node is not None and (isinstance(gpus_per_node, bool) or not isinstance(gpus_per_node, int)):
-            raise SlurmJobSpecError("gpus_per_node", f"{gpus_per_node!r} is not an int", "Give a GPU count.")
+        if gpus_per_node is not None and (
+            isinstance(gpus_per_node, bool) or not isinstance(gpus_per_node, int) or gpus_per_node < 0
+        ):
+            raise SlurmJobSpecError(
+                "gpus_per_node",
+                f"{gpus_per_node!r} is not a GPU count",
+                "Give an int: the GPUs on each node (0: none).",
+            )
 
     @property
     def hook(self) -> SlurmJobApiHook:

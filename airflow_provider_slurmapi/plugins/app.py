@@ -42,7 +42,7 @@ log = logging.getLogger(__name__)
 UserDep = Annotated[BaseUser, Depends(get_user)]
 ConnIdQuery = Annotated[str, Query(description="the slurmapi connection")]
 
-_CONN_ID = re.compile(r"^[A-Za-z0-9_.\-]{1,250}$")
+_CONN_ID = re.compile(r"[A-Za-z0-9_.\-]{1,250}")
 _SECURITY_HEADERS = {
     # No script at all; styles are inline; the pages may be framed by the Airflow UI only.
     "Content-Security-Policy": "default-src 'none'; style-src 'unsafe-inline'; img-src 'self' data:; "
@@ -67,7 +67,7 @@ def _html(body: str, status: int = 200) -> HTMLResponse:
 
 
 def _check_conn_id(conn_id: str) -> str:
-    if not _CONN_ID.match(conn_id):
+    if not _CONN_ID.fullmatch(conn_id):
         raise HTTPException(422, "conn_id must be an Airflow connection id (letters, digits, _ . -)")
     return conn_id
 
