@@ -133,6 +133,10 @@ class SlurmJobApiHook(BaseHook):
             self.log.warning("Slurm warning on submit of job %s: %s", submitted.job_id, warning)
         return submitted
 
+    def check_submit(self, spec: JobSpec) -> None:
+        """Raise ``SlurmJobSpecError`` when ``spec`` is too large to send, before any call is made."""
+        self.get_conn().check_submit(spec)
+
     def submit_once(
         self,
         spec: JobSpec,

@@ -279,6 +279,7 @@ class SlurmSubmitJobOperator(BaseOperator):
         hook = self.hook
         try:
             spec = self.build_spec(context)
+            hook.check_submit(spec)  # a request too large to send is refused before the reattach look-ups
             recorded = self._recorded_job_id(context) if self.reattach else None
             outcome = hook.submit_once(
                 spec,
