@@ -102,9 +102,10 @@ class SlurmSubmitJobOperator(BaseOperator):
     :param nodes: number of nodes (``minimum_nodes``).
     :param tasks_per_node: tasks on each node.
     :param cpus_per_task: CPUs per task.
-    :param gpus_per_node: GPUs on each node (``tres_per_node: gres/gpu:N``).
+    :param gpus_per_node: GPUs on each node (``tres_per_node: gres/gpu:N``; 0: none).
     :param memory_per_node: megabytes (int) or a string such as ``"64G"``.
-    :param environment: dict or ``KEY=VALUE`` list, merged over ``PATH=/bin:/usr/bin``.
+    :param environment: dict or ``KEY=VALUE`` list, merged over ``PATH=/bin:/usr/bin``; values are
+        strings or numbers (bytes and bools are refused), without NUL characters.
     :param current_working_directory: the job's directory on the cluster (required here or in ``job``).
     :param standard_output: stdout path pattern (Slurm default ``slurm-%j.out`` in the working directory).
     :param standard_error: stderr path pattern (default: with stdout).
