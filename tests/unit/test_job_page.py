@@ -545,6 +545,9 @@ def test_hung_page_loads_hold_only_their_own_few_threads(page_client, monkeypatc
         assert "did not answer within 0.5 seconds" in hung[0].json()["detail"]
         assert time.monotonic() - started < 10
         # Each hung load waits in a thread of the pages' own, not in the API server's shared pool.
+        until = time.monotonic() + 10
+        while len(waiting) < slots and time.monotonic() < until:
+            time.sleep(0.01)  # a busy machine may start a load's thread after its page has answered
         assert len(waiting) == slots and all(name.startswith("slurmapi-page") for name in waiting), waiting
         # With every slot taken, one more load is refused at once instead of queueing behind them.
         started = time.monotonic()
