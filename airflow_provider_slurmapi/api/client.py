@@ -97,6 +97,13 @@ class BaseSlurmJobApiClient:
             request.headers["x-goog-user-project"] = self.auth.quota_project_id
         return request
 
+    def check_submit(self, spec: JobSpec) -> None:
+        """Refuse, without any call, a submit this target would not send (above the API's 1 MB request
+        limit; 64 MB for a direct slurmrestd), so that nothing is looked up for a job that cannot go out."""
+        # Every version's submit path has the same length: an undetected ("auto") version measures the same.
+        version = versions.DEFAULT_VERSION if self._api_version == versions.AUTO else self._api_version
+        self.cluster.request(ops.submit_call(version, spec))
+
     def _retry_delay(self, call: Call, error: SlurmJobApiError, tries: Tries) -> float | None:
         """Seconds to wait before trying ``call`` again, or None to give up and raise ``error``."""
         attempt = tries.count

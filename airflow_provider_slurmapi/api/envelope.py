@@ -23,9 +23,9 @@ from airflow_provider_slurmapi.api.errors import (
 
 MAX_REQUEST_BYTES = 1_000_000
 METHODS = {"GET": "HTTP_METHOD_GET", "POST": "HTTP_METHOD_POST", "DELETE": "HTTP_METHOD_DELETE"}
-_ID = re.compile(r"^[a-z][a-z0-9-]{0,62}$")
-_PROJECT = re.compile(r"^[a-z0-9][a-z0-9.:-]{0,62}$")
-_SLURM_PATH = re.compile(r"^/(slurm|slurmdb)/v0\.0\.[0-9]+/[A-Za-z0-9_./,=&?%:+~-]*$")
+_ID = re.compile(r"[a-z][a-z0-9-]{0,62}")
+_PROJECT = re.compile(r"[a-z0-9][a-z0-9.:-]{0,62}")
+_SLURM_PATH = re.compile(r"/(slurm|slurmdb)/v0\.0\.[0-9]+/[A-Za-z0-9_./,=&?%:+~-]*")
 
 
 def is_loopback(host: str) -> bool:
@@ -79,7 +79,7 @@ class ClusterRef:
         for name, value, pattern, what in checks:
             if not isinstance(value, str) or not value:
                 raise SlurmJobSpecError(name, "is missing", f"Set it in the connection's extra: {what}.")
-            if not pattern.match(value):
+            if not pattern.fullmatch(value):
                 raise SlurmJobSpecError(name, f"{value!r} is not a valid value", f"It must be {what}.")
         if self.endpoint is not None:
             object.__setattr__(self, "endpoint", check_endpoint(self.endpoint))
@@ -146,7 +146,7 @@ def build_envelope(call: Call) -> dict[str, Any]:
             f"{call.method!r} is not supported",
             "Use GET, POST or DELETE (the API's three methods).",
         )
-    if not isinstance(call.path, str) or not _SLURM_PATH.match(call.path) or ".." in call.path:
+    if not isinstance(call.path, str) or not _SLURM_PATH.fullmatch(call.path) or ".." in call.path:
         raise SlurmJobSpecError(
             "path",
             f"{call.path!r} is not a Slurm REST path",

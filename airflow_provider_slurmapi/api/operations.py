@@ -78,8 +78,13 @@ def raw_call(method: str, path: str, body: Mapping[str, Any] | None = None) -> O
     return (yield Call(method.upper().removeprefix("HTTP_METHOD_"), path, body))
 
 
+def submit_call(version: str, spec: JobSpec) -> Call:
+    """The ``job/submit`` call that sends ``spec``."""
+    return Call("POST", versions.submit_path(version), spec.body())
+
+
 def submit_job(version: str, spec: JobSpec) -> Operation[Submitted]:
-    reply = yield Call("POST", versions.submit_path(version), spec.body())
+    reply = yield submit_call(version, spec)
     reply.raise_for_errors("submit the job")
     job_id = reply.body.get("job_id")
     if not isinstance(job_id, int) or isinstance(job_id, bool) or job_id <= 0:

@@ -22,7 +22,7 @@ from airflow_provider_slurmapi.api.fields import DEFAULT_VERSION as DEFAULT_VERS
 SUPPORTED_VERSIONS: tuple[str, ...] = ("v0.0.40", "v0.0.41", "v0.0.42", "v0.0.43", "v0.0.44")
 AUTO = "auto"
 
-_JOB_ID = re.compile(r"^[0-9]+(_[0-9]+)?$")
+_JOB_ID = re.compile(r"[0-9]+(_[0-9]+)?")
 
 
 def check_version(version: str, *, allow_auto: bool = True) -> str:
@@ -52,7 +52,7 @@ def check_job_id(job_id: object) -> str:
             "job_id", f"{job_id!r} is not a Slurm job id", "Pass the integer id that submit returned."
         )
     text = str(job_id).strip()
-    if not _JOB_ID.match(text) or int(text.split("_")[0]) <= 0:
+    if not _JOB_ID.fullmatch(text) or int(text.split("_")[0]) <= 0:
         raise SlurmJobSpecError(
             "job_id",
             f"{job_id!r} is not a Slurm job id",

@@ -69,9 +69,12 @@ class SlurmJobApiHook(BaseHook):
         if self._client is None:
             from airflow_provider_slurmapi.api.client import SlurmJobApiClient
 
-            settings = self.settings
-            self._client = SlurmJobApiClient(settings.cluster, **settings.client_kwargs())
+            self._client = SlurmJobApiClient(self.settings.cluster, **self._client_kwargs(self.settings))
         return self._client
+
+    def _client_kwargs(self, settings: ConnectionSettings) -> dict[str, Any]:
+        """The clients' options (timeout, retries, auth, version): the connection's."""
+        return settings.client_kwargs()
 
     async def aget_settings(self) -> ConnectionSettings:
         """The connection's settings, read without blocking the event loop.
@@ -112,7 +115,7 @@ class SlurmJobApiHook(BaseHook):
         from airflow_provider_slurmapi.api.client import AsyncSlurmJobApiClient
 
         settings = await self.aget_settings()
-        return AsyncSlurmJobApiClient(settings.cluster, **settings.client_kwargs())
+        return AsyncSlurmJobApiClient(settings.cluster, **self._client_kwargs(settings))
 
     # -- API --------------------------------------------------------------------------------------
 
@@ -132,6 +135,10 @@ class SlurmJobApiHook(BaseHook):
         for warning in submitted.warnings:
             self.log.warning("Slurm warning on submit of job %s: %s", submitted.job_id, warning)
         return submitted
+
+    def check_submit(self, spec: JobSpec) -> None:
+        """Raise ``SlurmJobSpecError`` when ``spec`` is too large to send, before any call is made."""
+        self.get_conn().check_submit(spec)
 
     def submit_once(
         self,

@@ -102,9 +102,10 @@ class SlurmSubmitJobOperator(BaseOperator):
     :param nodes: number of nodes (``minimum_nodes``).
     :param tasks_per_node: tasks on each node.
     :param cpus_per_task: CPUs per task.
-    :param gpus_per_node: GPUs on each node (``tres_per_node: gres/gpu:N``).
+    :param gpus_per_node: GPUs on each node (``tres_per_node: gres/gpu:N``; 0: none).
     :param memory_per_node: megabytes (int) or a string such as ``"64G"``.
-    :param environment: dict or ``KEY=VALUE`` list, merged over ``PATH=/bin:/usr/bin``.
+    :param environment: dict or ``KEY=VALUE`` list, merged over ``PATH=/bin:/usr/bin``; values are
+        strings or numbers (bytes and bools are refused), without NUL characters.
     :param current_working_directory: the job's directory on the cluster (required here or in ``job``).
     :param standard_output: stdout path pattern (Slurm default ``slurm-%j.out`` in the working directory).
     :param standard_error: stderr path pattern (default: with stdout).
@@ -206,8 +207,14 @@ class SlurmSubmitJobOperator(BaseOperator):
         self.retry_on_job_failure = retry_on_job_failure
         self.slurmapi_conn_id = slurmapi_conn_id
         self.job_id: int | None = None
-        if gpus_per_node is not None and (isinstance(gpus_per_node, bool) or not isinstance(gpus_per_node, int)):
-            raise SlurmJobSpecError("gpus_per_node", f"{gpus_per_node!r} is not an int", "Give a GPU count.")
+        if gpus_per_node is not None and (
+            isinstance(gpus_per_node, bool) or not isinstance(gpus_per_node, int) or gpus_per_node < 0
+        ):
+            raise SlurmJobSpecError(
+                "gpus_per_node",
+                f"{gpus_per_node!r} is not a GPU count",
+                "Give an int: the GPUs on each node (0: none).",
+            )
 
     @property
     def hook(self) -> SlurmJobApiHook:
@@ -291,6 +298,7 @@ class SlurmSubmitJobOperator(BaseOperator):
         hook = self.hook
         try:
             spec = self.build_spec(context)
+            hook.check_submit(spec)  # a request too large to send is refused before the reattach look-ups
             recorded = self._recorded_job_id(context) if self.reattach else None
             outcome = hook.submit_once(spec, self.identity(context), reattach=self.reattach, known_job_id=recorded)
         except SlurmJobApiError as err:

@@ -110,7 +110,7 @@ def format_time(value: datetime | None) -> str:
 
 # -- resources --------------------------------------------------------------------------------------
 
-_GPU_KEY = re.compile(r"^gres/gpu(?::[^=]+)?$")
+_GPU_KEY = re.compile(r"gres/gpu(?::[^=]+)?")
 _GPU_PER_NODE = re.compile(r"gres[/:]gpu(?::[A-Za-z0-9_.-]+)?:(\d+)")
 
 
@@ -128,7 +128,7 @@ def gpu_count(pairs: Iterable[tuple[str, str]]) -> int | None:
     """GPUs in a TRES list: ``gres/gpu`` if given, else the sum of its typed forms (``gres/gpu:h100``)."""
     total: dict[str, int] = {}
     for name, value in pairs:
-        if _GPU_KEY.match(name) and value.isdigit():
+        if _GPU_KEY.fullmatch(name) and value.isdigit():
             total[name] = total.get(name, 0) + int(value)
     if "gres/gpu" in total:
         return total["gres/gpu"]
@@ -154,7 +154,7 @@ class Resources:
         pairs = parse_tres(text)
         known = dict(pairs)
         gpus = gpu_count(pairs)
-        other = tuple((k, v) for k, v in pairs if k not in {"cpu", "mem", "node"} and not _GPU_KEY.match(k))
+        other = tuple((k, v) for k, v in pairs if k not in {"cpu", "mem", "node"} and not _GPU_KEY.fullmatch(k))
         return cls(
             cpus=known.get("cpu", ""),
             memory=_memory(known.get("mem", "")),

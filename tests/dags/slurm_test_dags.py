@@ -71,6 +71,11 @@ with _dag("submit_rejected"):
         task_id="train", script="#!/bin/bash\ntrue\n", partition="nope", current_working_directory=CWD, retries=3
     )
 
+with _dag("submit_too_large"):
+    SlurmSubmitJobOperator(
+        task_id="train", script="#!/bin/bash\n" + "#" * 1_100_000, current_working_directory=CWD, retries=3
+    )
+
 with _dag("submit_no_cwd"):
     SlurmSubmitJobOperator(task_id="train", script="#!/bin/bash\ntrue\n")
 

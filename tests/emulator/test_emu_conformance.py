@@ -17,6 +17,7 @@ from airflow_provider_slurmapi.emulator import SlurmJobApiEmulator
 
 LONG = "#!/bin/bash\nsleep 60\n"
 FAIL = "#!/bin/bash\necho failing\nexit 3\n"
+HELD = "#!/bin/bash\nfor _ in $(seq 200); do [ -e go ] && break; sleep 0.05; done\n"
 
 NOT_APPLICABLE = {
     "nodes": "the emulator serves only the job endpoints",
@@ -57,9 +58,11 @@ def _replay(api: Api, emu: SlurmJobApiEmulator) -> dict[str, tuple[int, dict[str
 
     run("ping", "GET", f"/slurm/{V}/ping/")
     run("slurmdb_ping", "GET", f"/slurmdb/{V}/ping/")
-    first = run("submit", "POST", submit, job_body("#!/bin/bash\nsleep 0.3\n"))["job_id"]
+    # The first job runs until ./go exists (at most 10 s): job_running is read while it surely runs.
+    first = run("submit", "POST", submit, job_body(HELD))["job_id"]
     emu.wait_for_state(first, "RUNNING", 10)
     run("job_running", "GET", f"/slurm/{V}/job/{first}")
+    emu.host_path("/tmp/go").touch()
     emu.wait_for_state(first, "COMPLETED", 10)
     run("job_completed", "GET", f"/slurm/{V}/job/{first}")
     long = run("submit_long", "POST", submit, job_body(LONG, name="long"))["job_id"]

@@ -96,10 +96,11 @@ def test_cancelling_a_pending_job_is_immediate(api: Api, emu: SlurmJobApiEmulato
 
 
 def test_signal_without_cancel(api: Api, emu: SlurmJobApiEmulator) -> None:
-    script = "#!/bin/bash\ntrap 'echo got USR1; exit 0' USR1\nsleep 60 &\nwait\n"
+    # The signal goes out once the script says its trap is set (its output file exists earlier than that).
+    script = "#!/bin/bash\ntrap 'echo got USR1; exit 0' USR1\necho trap set\nsleep 60 &\nwait\n"
     job_id = api.submit(script)
     emu.wait_for_state(job_id, "RUNNING", 10)
-    eventually(lambda: emu.host_path(f"{CWD}/slurm-{job_id}.out").exists())
+    eventually(lambda: "trap set" in emu.read_output(job_id))
     _status, body = api.cancel(f"{job_id}?signal=USR1")
     assert body["status"] == []
     assert emu.wait_for_state(job_id, "COMPLETED", 10)["exit_code"] == 0
@@ -132,13 +133,18 @@ def test_request_bigger_than_the_partition_is_rejected(api: Api, emu: SlurmJobAp
 
 
 def test_array_with_throttle(api: Api, emu: SlurmJobApiEmulator) -> None:
+    # Each task runs until the test creates ../go (at most 10 s), so what the test reads while two tasks
+    # run cannot change under it however slow the machine is.
     script = (
         "#!/bin/bash\n"
         'echo "$SLURM_ARRAY_JOB_ID $SLURM_ARRAY_TASK_ID $SLURM_JOB_ID"\n'
-        "echo start $(date +%s.%N) >> ../spans.txt\nsleep 0.4\necho end $(date +%s.%N) >> ../spans.txt\n"
+        "echo start $(date +%s.%N) >> ../spans.txt\n"
+        "for _ in $(seq 200); do [ -e ../go ] && break; sleep 0.05; done\n"
+        "echo end $(date +%s.%N) >> ../spans.txt\n"
     )
     master = api.submit(script, array="0-3%2", current_working_directory=f"{CWD}/array")
     emu.wait_for_state(master + 1, "RUNNING", 10)  # task 0: the array id ends on the last task
+    emu.wait_for_state(master + 2, "RUNNING", 10)
     status, body = api.job(master)
     tasks = body["jobs"]
     assert status == 200 and [t["job_id"] for t in tasks] == [master + 1, master + 2, master + 3, master]
@@ -153,13 +159,16 @@ def test_array_with_throttle(api: Api, emu: SlurmJobApiEmulator) -> None:
     for entry in api.call("GET", f"/slurm/{V}/jobs/state/?job_id={master}")[1]["jobs"]:
         record, task = (int(part) for part in entry["job_id"].split("_"))
         assert record == (master if entry["state"] == ["PENDING"] else own_ids[task]), entry
+    spans = emu.host_path(f"{CWD}/spans.txt")
+    eventually(lambda: spans.exists() and spans.read_text().count("start") == 2)
+    emu.host_path(f"{CWD}/go").touch()
     for offset in range(4):
         emu.wait_for_state(master + offset, "COMPLETED", 10)
     assert emu.read_output(master + 3).strip() == f"{master} 2 {master + 3}"
     assert emu.job(master + 3)["standard_output"] == f"{CWD}/array/slurm-{master}_2.out"
     events = sorted(
         (float(stamp), 1 if kind == "start" else -1)
-        for kind, stamp in (line.split() for line in emu.host_path(f"{CWD}/spans.txt").read_text().splitlines())
+        for kind, stamp in (line.split() for line in spans.read_text().splitlines())
     )
     running = peak = 0
     for _, delta in events:

@@ -75,6 +75,16 @@ def test_missing_working_directory_fails_before_sending(emu):
     assert not [c for c in emu.calls if "submit" in c[1]]
 
 
+def test_a_script_too_large_to_send_fails_before_any_call(emu, capfd):
+    calls = len(emu.calls)
+    _, tis = run("submit_too_large")
+    assert state(tis["train"]) == "failed"
+    assert tis["train"].try_number == 1  # refused for good: no retry would make it smaller
+    assert emu.calls[calls:] == []  # not even the look-ups for an earlier try's job
+    printed = "".join(capfd.readouterr())
+    assert "the Slurm Job API accepts requests under 1 MB" in printed and "shared storage" in printed
+
+
 def test_convenience_arguments_reach_slurm(emu):
     _, tis = run("submit_fields")
     job_id = tis["train"].xcom_pull(task_ids="train")

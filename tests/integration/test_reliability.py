@@ -83,7 +83,8 @@ def test_a_token_revoked_while_a_call_is_retried_is_refreshed(hook, slurmapi_emu
 
 
 def test_requeued_job_is_still_waited_on(hook, slurmapi_emulator):
-    job_id = submit(hook, "#!/bin/bash\nsleep 2\n")
+    # The first run lasts until it is failed (however slow the machine); the requeued run ends at once.
+    job_id = submit(hook, '#!/bin/bash\n[ "$SLURM_RESTART_COUNT" = 1 ] || sleep 60\n')
     slurmapi_emulator.wait_for_state(job_id, "RUNNING", 30)
     slurmapi_emulator.fail_job(job_id, "NODE_FAIL", requeue=True)
     job = hook.wait_for_job(job_id, poll_interval=0.1, timeout=60)

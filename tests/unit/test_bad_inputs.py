@@ -90,6 +90,39 @@ CASES: list[tuple[str, Callable[[], object], str]] = [
     ("dependency number", spec(dependency=5), "dependency"),
     ("comment dict", spec(comment={"a": 1}), "comment"),
     ("job not a dict", lambda: JobSpec.build(OK, ["a"]), "job"),  # type: ignore[arg-type]
+    # only whole values match (a "$" also matches before a final newline), and no NUL goes out
+    ("array with a newline", spec(array="0-3\n"), "array"),
+    ("array range backwards", spec(array="5-1"), "array"),
+    ("array of dashes", spec(array="--"), "array"),
+    ("environment name with a newline", spec(environment={"PATH\n": "/bin"}), "environment"),
+    ("script with NUL", spec("#!/bin/bash\necho \0\n"), "script"),
+    ("output path with NUL", spec(standard_output="/home/u/a\0.out"), "standard_output"),
+    ("working directory with NUL", spec(current_working_directory="/home/u\0/x"), "current_working_directory"),
+    ("environment value with NUL", spec(environment={"A": "x\0y"}), "environment"),
+    ("environment entry with NUL", spec(environment=["A=x\0y"]), "environment"),
+    ("cluster id with a newline", conn(cluster_id="c\n"), "cluster_id"),
+    ("region with a newline", conn(region="us-central1\n"), "region"),
+    ("raw path with a newline", lambda: encode_envelope(Call("GET", "/slurm/v0.0.42/jobs/\n")), "path"),
+    # Slurm's ranges and the documented types
+    ("time_limit beyond uint32", spec(time_limit=10**12), "time_limit"),
+    ("time_limit object beyond uint32", spec(time_limit={"set": True, "number": 2**32}), "time_limit"),
+    ("time_limit timedelta beyond uint32", spec(time_limit=timedelta(days=10**7)), "time_limit"),
+    ("cpus_per_task 2**64", spec(cpus_per_task=2**64), "cpus_per_task"),
+    ("cpus_per_task beyond uint16", spec(cpus_per_task=65536), "cpus_per_task"),
+    ("tasks_per_node beyond uint16", spec(tasks_per_node=70000), "tasks_per_node"),
+    ("minimum_nodes beyond uint32", spec(minimum_nodes=2**32), "minimum_nodes"),
+    ("tasks negative", spec(tasks=-4), "tasks"),
+    ("nodes negative int", spec(nodes=-1), "nodes"),
+    ("priority negative", spec(priority=-1), "priority"),
+    ("priority beyond uint32", spec(priority=2**32), "priority"),
+    ("priority object negative", spec(priority={"set": True, "number": -5}), "priority"),
+    ("priority float", spec(priority=1.5), "priority"),
+    ("memory beyond int64", spec(memory_per_node=2**64), "memory_per_node"),
+    ("memory string beyond int64", spec(memory_per_cpu="99999999999999999T"), "memory_per_cpu"),
+    ("environment bytes value", spec(environment={"A": b"x"}), "environment"),
+    ("environment bool value", spec(environment={"DEBUG": True}), "environment"),
+    ("environment nan value", spec(environment={"A": float("nan")}), "environment"),
+    ("environment object value", spec(environment={"A": object()}), "environment"),
     # connections and endpoints
     ("missing project", lambda: settings_from_extra({"region": "r1", "cluster_id": "c"}), "project_id"),
     ("missing region", lambda: settings_from_extra({"project_id": "p", "cluster_id": "c"}), "region"),
@@ -125,6 +158,7 @@ CASES: list[tuple[str, Callable[[], object], str]] = [
     ("poll_interval zero", op(poll_interval=0), "poll_interval"),
     ("poll_interval text", op(poll_interval="fast"), "poll_interval"),
     ("gpus_per_node text", op(gpus_per_node="8"), "gpus_per_node"),
+    ("gpus_per_node negative", op(gpus_per_node=-1), "gpus_per_node"),
 ]
 
 

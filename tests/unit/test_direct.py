@@ -63,3 +63,15 @@ def test_connection_selects_direct_mode_with_login_and_password():
 def test_direct_connection_errors_name_the_field(extra, field):
     with pytest.raises(SlurmJobSpecError, match=field):
         settings_from_extra(extra, "c")
+
+
+def test_the_size_check_before_a_submit_is_the_targets_own():
+    from airflow_provider_slurmapi.api.client import SlurmJobApiClient
+    from airflow_provider_slurmapi.api.envelope import ClusterRef
+    from airflow_provider_slurmapi.api.jobs import JobSpec
+
+    spec = JobSpec.build("#!/bin/bash\n" + "#" * 1_100_000, {"current_working_directory": "/h"})
+    SlurmJobApiClient(REF, api_version="auto").check_submit(spec)  # slurmrestd takes it: no error, no call
+    google = SlurmJobApiClient(ClusterRef("p", "us-central1", "c"), api_version="auto", tokens=object())  # type: ignore[arg-type]
+    with pytest.raises(SlurmJobSpecError, match="under 1 MB"):
+        google.check_submit(spec)

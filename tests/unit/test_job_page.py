@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import copy
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import pytest
 
+from airflow_provider_slurmapi.api.envelope import SlurmReply
 from airflow_provider_slurmapi.api.errors import SlurmApiError, SlurmJobNotFoundError
 from airflow_provider_slurmapi.api.jobs import SlurmJob
 from airflow_provider_slurmapi.api.reattach import tagged_comment, task_instance_tag
@@ -248,10 +252,35 @@ def test_a_link_template_that_does_not_render_is_named_in_a_warning(caplog):
 # -- who may see what: the FastAPI app --------------------------------------------------------------
 
 
+class FakeClient:
+    """Answers the page's one accounting call (``/slurmdb/.../job/{id}``) with ``records``, through the
+    real operation that reads it."""
+
+    api_version = "v0.0.42"
+
+    def __init__(self, calls: list[str], records: list[dict[str, Any]]) -> None:
+        self.calls, self.records = calls, records
+
+    def run(self, operation: Any) -> Any:
+        call = next(operation)
+        self.calls.append(f"{call.method} {call.path}")
+        try:
+            operation.send(SlurmReply.from_structured(200, {"jobs": self.records, "errors": [], "warnings": []}))
+        except StopIteration as done:
+            return done.value
+        raise AssertionError("the page makes one accounting call")
+
+
 class FakeHook:
-    def __init__(self, jobs: list[SlurmJob], accounted: list[SlurmJob] | None = None) -> None:
+    def __init__(
+        self,
+        jobs: list[SlurmJob],
+        accounted: list[SlurmJob] | None = None,
+        accounting_records: list[dict[str, Any]] | None = None,
+    ) -> None:
         self.jobs = {j.display_id: j for j in jobs}
         self.accounted = accounted  # None: accounting is down
+        self.accounting_records = accounting_records  # what /slurmdb/.../job/{id} answers
         self.calls: list[str] = []
         self._client = None
 
@@ -272,12 +301,22 @@ class FakeHook:
         return self.accounted
 
     def get_conn(self) -> Any:
-        raise AssertionError("a running job needs no accounting call")
+        if self.accounting_records is None:
+            raise AssertionError("a running job needs no accounting call")
+        return FakeClient(self.calls, self.accounting_records)
 
 
 class FakeAuthManager:
-    def __init__(self, readable: set[str] | None) -> None:
+    def __init__(self, readable: set[str] | None, connections: set[str] | None = None) -> None:
         self.readable = readable  # None: every DAG
+        self.connections = connections  # None: every connection
+        self.connection_checks: list[tuple[str, str | None]] = []
+
+    def is_authorized_connection(self, *, method: str, user: Any, details: Any = None) -> bool:
+        self.connection_checks.append((method, details.conn_id if details else None))
+        if self.connections is None:
+            return True
+        return method == "GET" and details is not None and details.conn_id in self.connections
 
     def is_authorized_dag(self, *, method: str, user: Any, details: Any = None, access_entity: Any = None) -> bool:
         assert method == "GET"
@@ -301,9 +340,9 @@ def page_client(monkeypatch):
 
     from airflow_provider_slurmapi.plugins import app as page_app
 
-    state: dict[str, Any] = {"auth": FakeAuthManager(None), "hook": FakeHook([])}
+    state: dict[str, Any] = {"auth": FakeAuthManager(None), "hook": FakeHook([]), "real_hook": page_app._hook}
     monkeypatch.setattr(page_app, "get_auth_manager", lambda: state["auth"])
-    monkeypatch.setattr(page_app, "_hook", lambda conn_id: state["hook"])
+    monkeypatch.setattr(page_app, "_hook", lambda conn_id, user: state["hook"])
 
     def client(*, authenticated: bool = True) -> TestClient:
         app = page_app.create_app()
@@ -400,3 +439,151 @@ def test_gpus_asked_in_the_queue_show_on_an_accounting_record():
     accounted = SlurmJob.from_slurmdb(slurmdb("slurmdb_job", comment={"job": TAG}))
     assert JobView.build(accounted).requested.gpus is None
     assert JobView.build(accounted, queue_record=queue).requested.gpus == 8
+
+
+# -- the record shown is the record checked (issue #16 item 17) ------------------------------------
+
+
+def test_an_ended_job_shows_accountings_record_under_the_queues_tag(page_client):
+    # Accounting keeps no comment by default: its record of the same job (same submit time) is shown,
+    # and the queue's tag still says whose job it is.
+    page_client["hook"] = FakeHook([tagged(job_info("job_completed"))], accounting_records=[slurmdb("slurmdb_job")])
+    page_client["auth"] = FakeAuthManager({"train_dag"})
+    reply = page_client["client"]().get("/jobs/1")
+    assert reply.status_code == 200, reply.text
+    assert "accounting (/slurmdb)" in reply.text
+    assert 'href="/dags/train_dag/runs/manual__2026-01-01T00%3A00%3A00%2B00%3A00/tasks/train"' in reply.text
+    assert page_client["hook"].calls == ["get_job 1", "GET /slurmdb/v0.0.42/job/1"]
+
+
+@pytest.mark.parametrize("submitted_later", [True, False])
+def test_a_reused_job_id_never_shows_another_dags_job(page_client, submitted_later):
+    # Job 1 of train_dag has ended and is still in the queue; accounting's record of id 1 is another
+    # job, of secret_dag (the id was used again: a later submit time, or a different tag).
+    theirs = slurmdb("slurmdb_job", name="secret-run", comment={"job": task_instance_tag("secret_dag", "leak", "r")})
+    if submitted_later:
+        theirs["time"]["submission"] += 3600
+    page_client["hook"] = FakeHook([tagged(job_info("job_completed"))], accounting_records=[theirs])
+    page_client["auth"] = FakeAuthManager({"train_dag"})
+    reply = page_client["client"]().get("/jobs/1", headers={"Accept": "text/html"})
+    assert reply.status_code == 200, reply.text
+    assert "secret" not in reply.text and "leak" not in reply.text
+    assert "the active queue (/slurm)" in reply.text and "the id was used again" in reply.text
+
+
+def test_a_record_whose_dag_the_user_may_not_read_is_refused_wherever_it_comes_from(page_client, monkeypatch):
+    from airflow_provider_slurmapi.plugins import app as page_app
+
+    # Even if accounting's record were taken for the queue's job, the check is made on it.
+    monkeypatch.setattr(page_app, "_same_job", lambda queued, accounted: True)
+    theirs = slurmdb("slurmdb_job", comment={"job": task_instance_tag("secret_dag", "leak", "r")})
+    page_client["hook"] = FakeHook([tagged(job_info("job_completed"))], accounting_records=[theirs])
+    page_client["auth"] = FakeAuthManager({"train_dag"})
+    assert page_client["client"]().get("/jobs/1").status_code == 403
+
+
+# -- connections: one 404, and the auth manager's say (issue #16 item 18) --------------------------
+
+
+@pytest.fixture
+def real_connections(page_client, monkeypatch):
+    """The page's own connection lookup (not the fake hook), on connections from the environment."""
+    from airflow_provider_slurmapi.plugins import app as page_app
+
+    monkeypatch.setattr(page_app, "_hook", page_client["real_hook"])
+    monkeypatch.setenv("AIRFLOW_CONN_HTTP_THING", '{"conn_type": "http", "host": "example.com"}')
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_GPU_CLUSTER",
+        '{"conn_type": "slurmapi", "login": "u", "password": "jwt", "extra": {"slurmrestd_url": "http://127.0.0.1:9"}}',
+    )
+    return page_client
+
+
+def test_connections_the_user_may_not_use_all_get_the_same_404(real_connections):
+    real_connections["auth"] = FakeAuthManager(None, connections={"http_thing", "no_such_conn"})
+    client = real_connections["client"]()
+    answers = {}
+    for conn_id in ("no_such_conn", "http_thing", "gpu_cluster"):  # missing, another type, not readable
+        for path in ("/jobs/5", "/jobs"):
+            reply = client.get(f"{path}?conn_id={conn_id}")
+            answers[conn_id, path] = (reply.status_code, reply.json()["detail"].replace(conn_id, "X"))
+    assert set(answers.values()) == {(404, "There is no Slurm Job API connection 'X' that you may use.")}
+    assert ("GET", "gpu_cluster") in real_connections["auth"].connection_checks
+
+
+def test_a_readable_slurmapi_connection_is_used(real_connections):
+    real_connections["auth"] = FakeAuthManager(None, connections={"gpu_cluster"})
+    reply = real_connections["client"]().get("/jobs/5?conn_id=gpu_cluster")
+    # Nothing listens on port 9 (the discard port): the page got as far as calling slurmrestd.
+    assert reply.status_code == 502 and "gpu_cluster" in reply.json()["detail"], reply.json()
+
+
+# -- Slurm down or slow: the page answers soon and holds only its own few threads (item 19) --------
+
+
+def test_hung_page_loads_hold_only_their_own_few_threads(page_client, monkeypatch):
+    from airflow_provider_slurmapi.plugins import app as page_app
+
+    monkeypatch.setattr(page_app, "PAGE_DEADLINE_SECONDS", 0.5)
+    release = threading.Event()
+    waiting: list[str] = []
+
+    class HungHook(FakeHook):
+        def get_job(self, job_id: str) -> SlurmJob:
+            waiting.append(threading.current_thread().name)
+            release.wait(20)  # Slurm does not answer (until the test lets it)
+            return super().get_job(job_id)
+
+    page_client["hook"] = HungHook([tagged(job_info("job_running"))])
+    client = page_client["client"]()
+    slots = page_app.MAX_PAGE_LOADS
+    try:
+        started = time.monotonic()
+        with ThreadPoolExecutor(slots) as pool:
+            hung = list(pool.map(lambda _: client.get("/jobs/1"), range(slots)))
+        assert [r.status_code for r in hung] == [504] * slots  # answered, though Slurm still has not
+        assert "did not answer within 0.5 seconds" in hung[0].json()["detail"]
+        assert time.monotonic() - started < 10
+        # Each hung load waits in a thread of the pages' own, not in the API server's shared pool.
+        until = time.monotonic() + 10
+        while len(waiting) < slots and time.monotonic() < until:
+            time.sleep(0.01)  # a busy machine may start a load's thread after its page has answered
+        assert len(waiting) == slots and all(name.startswith("slurmapi-page") for name in waiting), waiting
+        # With every slot taken, one more load is refused at once instead of queueing behind them.
+        started = time.monotonic()
+        refused = client.get("/jobs/1")
+        assert refused.status_code == 503 and refused.headers["retry-after"] == "5"
+        assert time.monotonic() - started < 5
+    finally:
+        release.set()
+    deadline = time.monotonic() + 10
+    while (reply := client.get("/jobs/1")).status_code != 200 and time.monotonic() < deadline:
+        time.sleep(0.05)  # the released loads are giving their slots back
+    assert reply.status_code == 200
+
+
+def test_a_page_asks_slurm_once_without_retries(page_client, slurmapi_emulator, monkeypatch):
+    from airflow_provider_slurmapi.plugins import app as page_app
+
+    monkeypatch.setattr(page_app, "_hook", page_client["real_hook"])
+    slurmapi_emulator.inject_fault("unavailable", count=None, path_contains="/job/")
+    calls = len(slurmapi_emulator.calls)
+    started = time.monotonic()
+    reply = page_client["client"]().get("/jobs/1")
+    # The connection's own policy retries 4 times with backoff (about 15 s): a page does not.
+    assert reply.status_code == 502 and "UNAVAILABLE" in reply.json()["detail"]
+    assert time.monotonic() - started < 5
+    assert [c.path for c in slurmapi_emulator.calls[calls:] if "/job/" in c.path] == ["/slurm/v0.0.42/job/1"]
+
+
+def test_a_slow_slurm_gets_the_page_a_short_timeout(page_client, slurmapi_emulator, monkeypatch):
+    from airflow_provider_slurmapi.plugins import app as page_app
+
+    monkeypatch.setattr(page_app, "_hook", page_client["real_hook"])
+    monkeypatch.setattr(page_app, "PAGE_CALL_TIMEOUT_SECONDS", 1.0)
+    slurmapi_emulator.inject_fault("slow", count=1, path_contains="/job/", delay=4.0)
+    started = time.monotonic()
+    reply = page_client["client"]().get("/jobs/1")
+    # The connection's timeout is 60 s per call; the page gives up after its own second.
+    assert reply.status_code == 502 and "GET /slurm/v0.0.42/job/1" in reply.json()["detail"], reply.json()
+    assert time.monotonic() - started < 3.5

@@ -184,6 +184,41 @@ def test_spec_rejects_bad_input_naming_the_field(script, job, field):
     assert str(info.value).startswith(field)
 
 
+def test_spec_takes_slurms_whole_ranges():
+    job = {
+        "current_working_directory": "/h",
+        "time_limit": 4294967293,
+        "cpus_per_task": 65533,
+        "tasks_per_node": 1,
+        "minimum_nodes": 4294967293,
+        "priority": 0,
+        "memory_per_node": 0,
+        "nodes": 2,
+        "array": "0-15:2,20,30-31%4",
+        "environment": {"SEED": 3, "RATE": 0.5, "NAME": "x"},
+    }
+    spec = JobSpec.build(SCRIPT, job).job
+    assert spec["time_limit"]["number"] == 4294967293 and spec["priority"] == {
+        "set": True,
+        "infinite": False,
+        "number": 0,
+    }
+    assert spec["nodes"] == "2" and spec["array"] == "0-15:2,20,30-31%4"
+    assert spec["environment"] == ["PATH=/bin:/usr/bin", "SEED=3", "RATE=0.5", "NAME=x"]
+
+
+def test_spec_names_the_field_and_the_fix_for_out_of_range_values():
+    with pytest.raises(SlurmJobSpecError) as info:
+        JobSpec.build(SCRIPT, {"current_working_directory": "/h", "cpus_per_task": 2**64})
+    assert (
+        str(info.value)
+        == "cpus_per_task: 18446744073709551616 is not a count Slurm takes. Give an int from 1 to 65533."
+    )
+    with pytest.raises(SlurmJobSpecError) as info:
+        JobSpec.build(SCRIPT, {"current_working_directory": "/h", "environment": {"TOKEN": b"x"}})
+    assert info.value.field == "environment" and "decode" in info.value.fix and "b'x'" in info.value.problem
+
+
 def test_spec_rejects_a_non_mapping_job():
     with pytest.raises(SlurmJobSpecError, match="job"):
         JobSpec.build(SCRIPT, ["not", "a", "dict"])  # type: ignore[arg-type]
