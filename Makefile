@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(AIRFLOW_VERSION)
 PYTEST_ARGS ?=
 
-.PHONY: install demo test lint typecheck unit clean
+.PHONY: install demo test lint typecheck unit docs clean
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -26,8 +26,16 @@ lint: install
 typecheck: install
 	$(BIN)/mypy
 
+# The user documentation (Sphinx), warnings as errors: docs/_build/html/index.html.
+$(VENV)/.installed-docs: $(STAMP) pyproject.toml
+	$(BIN)/uv pip install -q --python $(BIN)/python -e ".[dev,docs]" "apache-airflow==$(AIRFLOW_VERSION)"
+	touch $@
+
+docs: $(VENV)/.installed-docs
+	$(BIN)/sphinx-build -E -W --keep-going -q -b html docs docs/_build/html
+
 test: lint typecheck
 	$(BIN)/pytest $(PYTEST_ARGS)
 
 clean:
-	rm -rf $(VENV) .airflow-test .mypy_cache .ruff_cache
+	rm -rf $(VENV) .airflow-test .mypy_cache .ruff_cache docs/_build

@@ -18,6 +18,7 @@ with DAG(
     catchup=False,
     tags=["example", "slurm"],
 ) as dag:
+    # [START howto_operator_slurm_submit_dependency]
     preprocess = SlurmSubmitJobOperator(
         task_id="preprocess",
         script="#!/bin/bash\nsleep 2\necho preprocessed > preprocessed.txt\n",
@@ -34,3 +35,4 @@ with DAG(
         poll_interval=1,
     )
     preprocess >> train
+    # [END howto_operator_slurm_submit_dependency]

@@ -23,6 +23,7 @@ with DAG(
     params={"job_id": 1},
     tags=["example", "slurm"],
 ) as dag:
+    # [START howto_sensor_slurm_external_job]
     external_job_done = SlurmJobSensor(
         task_id="external_job_done",
         job_id="{{ params.job_id }}",
@@ -30,6 +31,7 @@ with DAG(
         timeout=3600,
         mode="reschedule",
     )
+    # [END howto_sensor_slurm_external_job]
     summarize = SlurmSubmitJobOperator(
         task_id="summarize",
         script="#!/bin/bash\necho 'job {{ params.job_id }} finished; summarizing its results'\n",

@@ -23,6 +23,7 @@ with DAG(
     catchup=False,
     tags=["example", "slurm"],
 ) as dag:
+    # [START howto_operator_slurm_submit_mapped]
     train = SlurmSubmitJobOperator.partial(
         task_id="train",
         script=(
@@ -34,3 +35,4 @@ with DAG(
         time_limit=10,
         poll_interval=1,
     ).expand(environment=SWEEP)
+    # [END howto_operator_slurm_submit_mapped]

@@ -47,6 +47,7 @@ with DAG(
         time_limit=10,
         poll_interval=1,
     )
+    # [START howto_operator_slurm_submit_deferrable]
     train = SlurmSubmitJobOperator(
         task_id="train",
         script="train.sh",
@@ -60,6 +61,8 @@ with DAG(
         deferrable=True,
         poll_interval=1,
     )
+    # [END howto_operator_slurm_submit_deferrable]
+    # [START howto_sensor_slurm_job_deferrable]
     evaluate = SlurmSubmitJobOperator(
         task_id="evaluate",
         script="#!/bin/bash\nset -e\nls checkpoints/*.ckpt\necho accuracy=0.93\n",
@@ -75,6 +78,7 @@ with DAG(
         timeout=600,
         deferrable=True,
     )
+    # [END howto_sensor_slurm_job_deferrable]
     publish = SlurmSubmitJobOperator(
         task_id="publish",
         script=(

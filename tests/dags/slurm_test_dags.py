@@ -98,10 +98,12 @@ with _dag("sensor_gate"):
         task_id="submit", script="#!/bin/bash\nsleep 1\n", current_working_directory=CWD, wait_for_completion=False
     ) >> SlurmJobSensor(task_id="wait", job_id="{{ ti.xcom_pull(task_ids='submit') }}", poke_interval=0.2)
 
+# [START howto_operator_slurm_cancel]
 with _dag("cancel_op"):
     SlurmSubmitJobOperator(
         task_id="submit", script="#!/bin/bash\nsleep 300\n", current_working_directory=CWD, wait_for_completion=False
     ) >> SlurmCancelJobOperator(task_id="cancel", job_id="{{ ti.xcom_pull(task_ids='submit') }}", poll_interval=0.1)
+# [END howto_operator_slurm_cancel]
 
 with _dag("reattach"):
     SlurmSubmitJobOperator(

@@ -22,7 +22,7 @@ pytestmark = pytest.mark.standalone
 
 SUBMITTING_TASKS = ("prepare_data", "train", "evaluate", "publish")
 SCREENSHOT = ARTIFACTS / "slurm-job-page.png"
-DOCS_SCREENSHOT = ROOT / "docs" / "slurm-job-page.png"
+DOCS_SCREENSHOT = ROOT / "docs" / "images" / "slurm-job-page.png"
 
 
 def run_jobs(standalone: Standalone, run: dict[str, Any]) -> dict[str, SlurmJob]:
@@ -121,7 +121,7 @@ def test_job_page_in_a_browser(standalone: Standalone, training_run: dict[str, A
         assert task_href == f"/dags/example_slurm_training/runs/{quote(run_id, safe='')}/tasks/train"
         assert "refresh" not in (page.js("document.head.innerHTML") or "")  # finished: no auto-refresh
         page.screenshot(SCREENSHOT)
-        if os.environ.get("SLURMAPI_UPDATE_DOCS_SCREENSHOT") == "1":  # refresh the README's picture on request
+        if os.environ.get("SLURMAPI_UPDATE_DOCS_SCREENSHOT") == "1":  # refresh the docs picture on request
             DOCS_SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(SCREENSHOT, DOCS_SCREENSHOT)
 
