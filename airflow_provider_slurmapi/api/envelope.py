@@ -33,6 +33,8 @@ memory (parsed JSON takes several times its size), or is not Slurm's at all.
 METHODS = {"GET": "HTTP_METHOD_GET", "POST": "HTTP_METHOD_POST", "DELETE": "HTTP_METHOD_DELETE"}
 _ID = re.compile(r"^[a-z][a-z0-9-]{0,62}$")
 _PROJECT = re.compile(r"^[a-z0-9][a-z0-9.:-]{0,62}$")
+# A DNS name of two or more labels: nothing that could add a user, port or path to the API's URL.
+_DOMAIN = re.compile(r"(?!-)[a-z0-9-]{1,63}(?<!-)(\.(?!-)[a-z0-9-]{1,63}(?<!-))+")
 _SLURM_PATH = re.compile(r"^/(slurm|slurmdb)/v0\.0\.[0-9]+/[A-Za-z0-9_./,=&?%:+~-]*$")
 
 
@@ -91,6 +93,14 @@ class ClusterRef:
                 raise SlurmJobSpecError(name, f"{value!r} is not a valid value", f"It must be {what}.")
         if self.endpoint is not None:
             object.__setattr__(self, "endpoint", check_endpoint(self.endpoint))
+        domain = self.universe_domain.lower() if isinstance(self.universe_domain, str) else ""
+        if len(domain) > 253 or not _DOMAIN.fullmatch(domain):
+            raise SlurmJobSpecError(
+                "universe_domain",
+                f"{self.universe_domain!r} is not a DNS name",
+                "Give the domain alone, e.g. googleapis.com (the default), without scheme, user, port or path.",
+            )
+        object.__setattr__(self, "universe_domain", domain)
 
     @property
     def base_url(self) -> str:
