@@ -145,6 +145,8 @@ class ReplyBody:
                 f"{what}: the server answered HTTP {status}, a redirect to {target[:300]!r}, which is not "
                 "followed (it would send the request and its credentials there). Point the connection's "
                 "endpoint or slurmrestd_url at the address that answers itself.",
+                # Not proof that nothing was done: a 303 (See Other) answers a POST that was acted on.
+                ambiguous=True,
                 retryable=False,
             )
         declared = headers.get("content-length") or ""
