@@ -66,7 +66,12 @@ class Tries:
 
 
 class BaseSlurmJobApiClient:
-    """The shared, I/O-free half of both clients."""
+    """The shared, I/O-free half of both clients.
+
+    ``timeout``: the seconds each try of a call may take in all, from connecting to the reply's last byte
+    (not only each read). Replies are read as a stream, capped at ``envelope.MAX_REPLY_BYTES``; redirects
+    are refused, never followed.
+    """
 
     def __init__(
         self,
