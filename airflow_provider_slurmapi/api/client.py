@@ -7,11 +7,13 @@ envelope, reading replies, mapping errors, deciding on retries. Each client only
 from __future__ import annotations
 
 import asyncio
+import http.client
 import logging
 import random
+import ssl
 import threading
 import time
-from collections.abc import Generator, Mapping
+from collections.abc import Generator, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -19,7 +21,7 @@ from airflow_provider_slurmapi.api import operations as ops
 from airflow_provider_slurmapi.api import versions
 from airflow_provider_slurmapi.api.auth import AuthConfig, TokenSource, token_source
 from airflow_provider_slurmapi.api.direct import SlurmrestdRef
-from airflow_provider_slurmapi.api.envelope import Call, ClusterRef, HttpRequest, SlurmReply
+from airflow_provider_slurmapi.api.envelope import Call, ClusterRef, HttpRequest, ReplyBody, SlurmReply
 from airflow_provider_slurmapi.api.errors import (
     GoogleApiError,
     SlurmAuthError,
@@ -36,6 +38,7 @@ T = TypeVar("T")
 _DETECTED: dict[str, str] = {}
 Target = ClusterRef | SlurmrestdRef
 _DETECTED_LOCK = threading.Lock()
+_CHUNK = 64 * 1024
 
 
 @dataclass(frozen=True)
@@ -63,7 +66,12 @@ class Tries:
 
 
 class BaseSlurmJobApiClient:
-    """The shared, I/O-free half of both clients."""
+    """The shared, I/O-free half of both clients.
+
+    ``timeout``: the seconds each try of a call may take in all, from connecting to the reply's last byte
+    (not only each read). Replies are read as a stream, capped at ``envelope.MAX_REPLY_BYTES``; redirects
+    are refused, never followed.
+    """
 
     def __init__(
         self,
@@ -128,6 +136,35 @@ class BaseSlurmJobApiClient:
         )
         return delay
 
+    def _transport_error(
+        self, call: Call, err: BaseException, *, sent: bool, timed_out: bool = False
+    ) -> SlurmTransportError:
+        """The error for a try that got no complete reply; ``sent``: the request may have been written."""
+        what, cause = call.describe(), type(err).__name__
+        certificate = next((e for e in _causes(err) if isinstance(e, ssl.SSLCertVerificationError)), None)
+        if certificate is not None:
+            # Verification is part of the TLS handshake, before any of the request is written.
+            return SlurmTransportError(
+                f"{what}: the server's TLS certificate failed verification "
+                f"({certificate.verify_message or certificate}), so nothing was sent. Check the endpoint's "
+                "host name; for a private CA, point REQUESTS_CA_BUNDLE (tasks) and SSL_CERT_FILE (the "
+                "triggerer) at its certificate.",
+                retryable=False,
+            )
+        if not sent:
+            return SlurmTransportError(f"{what}: could not connect ({cause})")
+        if timed_out:
+            return self._timed_out(call, cause)
+        return SlurmTransportError(
+            f"{what}: connection failed before the whole reply arrived ({cause}); the request may have been received",
+            ambiguous=True,
+        )
+
+    def _timed_out(self, call: Call, cause: str) -> SlurmTransportError:
+        return SlurmTransportError(
+            f"{call.describe()}: no complete reply within {self.timeout:g}s ({cause})", ambiguous=True
+        )
+
     def _reply(self, call: Call, token: str | None, status: int, content: bytes) -> SlurmReply:
         """The reply read; a token the API refused (401) is forgotten so the retry fetches a new one."""
         try:
@@ -139,6 +176,20 @@ class BaseSlurmJobApiClient:
 
     def _version_key(self) -> str:
         return f"{self.cluster.name}|{self.auth.cache_key()}"
+
+
+def _causes(err: BaseException) -> Iterator[BaseException]:
+    """``err`` and every exception it wraps: causes, contexts, and the arguments and reasons of library errors."""
+    seen: set[int] = set()
+    todo = [err]
+    while todo:
+        current = todo.pop()
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
+        yield current
+        wrapped = (current.__cause__, current.__context__, getattr(current, "reason", None), *current.args)
+        todo.extend(e for e in wrapped if isinstance(e, BaseException))
 
 
 def _never_sent(error: SlurmJobApiError) -> bool:
@@ -174,8 +225,11 @@ class SlurmJobApiClient(BaseSlurmJobApiClient):
         super().__init__(cluster, **kwargs)
         import requests
 
+        from airflow_provider_slurmapi.api.deadline import DeadlineAdapter
+
         self._session = requests.Session()
-        self._session.mount("https://", requests.adapters.HTTPAdapter(pool_maxsize=16))
+        for prefix in ("https://", "http://"):
+            self._session.mount(prefix, DeadlineAdapter(pool_maxsize=16))
 
     def close(self) -> None:
         self._session.close()
@@ -214,26 +268,44 @@ class SlurmJobApiClient(BaseSlurmJobApiClient):
 
     def _send_once(self, call: Call) -> SlurmReply:
         import requests
+        import urllib3
+
+        from airflow_provider_slurmapi.api.deadline import Deadline
 
         token = self.tokens.token() if self.tokens else None
         request = self._request(call, token)
-        try:
-            response = self._session.request(
-                request.method, request.url, data=request.content, headers=request.headers, timeout=self.timeout
-            )
-        except requests.exceptions.ConnectTimeout as err:
-            raise SlurmTransportError(f"{call.describe()}: could not connect ({type(err).__name__})") from None
-        except requests.exceptions.ConnectionError as err:
-            refused = "refused" in str(err).lower() or "NewConnectionError" in str(err)
-            raise SlurmTransportError(
-                f"{call.describe()}: connection failed ({type(err).__name__})", ambiguous=not refused
-            ) from None
-        except requests.exceptions.Timeout as err:
-            raise SlurmTransportError(
-                f"{call.describe()}: no reply within {self.timeout:.0f}s ({type(err).__name__})",
-                ambiguous=True,
-            ) from None
-        return self._reply(call, token, response.status_code, response.content)
+        with Deadline(self.timeout) as deadline:
+            try:
+                body = self._exchange(call, request)
+            except (OSError, urllib3.exceptions.HTTPError, http.client.HTTPException) as err:
+                if deadline.expired:
+                    raise self._timed_out(call, "total deadline") from None
+                # requests' errors are OSErrors; urllib3's may escape from the body's stream.
+                connecting = isinstance(err, requests.exceptions.ConnectTimeout) or any(
+                    isinstance(e, urllib3.exceptions.NewConnectionError) for e in _causes(err)
+                )
+                raise self._transport_error(
+                    call, err, sent=not connecting, timed_out=isinstance(err, requests.exceptions.Timeout)
+                ) from None
+            if deadline.expired:  # cut in its head, a reply can read as complete and short
+                raise self._timed_out(call, "total deadline")
+        return self._reply(call, token, body.status, body.content)
+
+    def _exchange(self, call: Call, request: HttpRequest) -> ReplyBody:
+        """Send ``request`` and read its reply as a stream (see :class:`ReplyBody`)."""
+        with self._session.request(
+            request.method,
+            request.url,
+            data=request.content,
+            headers=request.headers,
+            timeout=self.timeout,
+            stream=True,
+            allow_redirects=False,
+        ) as response:
+            body = ReplyBody(call.describe(), request.url, response.status_code, response.headers)
+            for chunk in response.iter_content(_CHUNK):
+                body.add(chunk)
+        return body
 
     @property
     def api_version(self) -> str:
@@ -334,27 +406,30 @@ class AsyncSlurmJobApiClient(BaseSlurmJobApiClient):
         import httpx
 
         if self._http is None:
-            self._http = httpx.AsyncClient(timeout=self.timeout)
+            self._http = httpx.AsyncClient(timeout=self.timeout, follow_redirects=False)
         token = await self.tokens.atoken() if self.tokens else None
         request = self._request(call, token)
         try:
-            response = await self._http.request(
-                request.method, request.url, content=request.content, headers=request.headers
-            )
-        except httpx.ConnectError as err:
-            raise SlurmTransportError(f"{call.describe()}: could not connect ({type(err).__name__})") from None
-        except httpx.ConnectTimeout as err:
-            raise SlurmTransportError(f"{call.describe()}: could not connect ({type(err).__name__})") from None
-        except httpx.TimeoutException as err:
-            raise SlurmTransportError(
-                f"{call.describe()}: no reply within {self.timeout:.0f}s ({type(err).__name__})",
-                ambiguous=True,
+            # httpx bounds each read; the whole exchange gets the same time in total.
+            body = await asyncio.wait_for(self._exchange(call, request), self.timeout)
+        except asyncio.TimeoutError:
+            raise self._timed_out(call, "total deadline") from None
+        except httpx.RequestError as err:
+            connecting = isinstance(err, (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout))
+            raise self._transport_error(
+                call, err, sent=not connecting, timed_out=isinstance(err, httpx.TimeoutException)
             ) from None
-        except httpx.TransportError as err:
-            raise SlurmTransportError(
-                f"{call.describe()}: connection failed ({type(err).__name__})", ambiguous=True
-            ) from None
-        return self._reply(call, token, response.status_code, response.content)
+        return self._reply(call, token, body.status, body.content)
+
+    async def _exchange(self, call: Call, request: HttpRequest) -> ReplyBody:
+        """Send ``request`` and read its reply as a stream (see :class:`ReplyBody`)."""
+        async with self._http.stream(
+            request.method, request.url, content=request.content, headers=request.headers
+        ) as response:
+            body = ReplyBody(call.describe(), request.url, response.status_code, response.headers)
+            async for chunk in response.aiter_bytes(_CHUNK):
+                body.add(chunk)
+        return body
 
     async def api_version(self) -> str:
         """The Slurm REST version in use; ``auto`` is resolved once per connection and cached."""

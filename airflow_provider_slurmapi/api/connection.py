@@ -85,7 +85,7 @@ def settings_from_extra(
         common: dict[str, Any] = {
             "api_version": versions.check_version(values.get("api_version", versions.DEFAULT_VERSION)),
             "timeout": _timeout(values.get("timeout", DEFAULT_TIMEOUT)),
-            "job_link_template": str(values.get("job_link_template") or ""),
+            "job_link_template": _link_template(values.get("job_link_template")),
             "retry": RetryPolicy(
                 attempts=_count(values.get("retries", 4)) + 1,
                 initial_delay=_seconds(values.get("retry_delay", 1.0), "retry_delay"),
@@ -188,6 +188,19 @@ def _seconds(value: Any, name: str) -> float:
     if isinstance(value, bool) or seconds < 0:
         raise SlurmJobSpecError(name, f"{value!r} is not a number of seconds", "Give e.g. 1.")
     return seconds
+
+
+def _link_template(value: Any) -> str:
+    """The template of the task's job link: an http(s) URL, since Airflow's UI puts it in a link as is."""
+    template = str(value or "")
+    if template and not template.lower().startswith(("https://", "http://", "{url}")):
+        raise SlurmJobSpecError(
+            "job_link_template",
+            f"{template[:100]!r} is not an http(s) link",
+            "Start it with https:// (or with {url}, the cluster's endpoint), "
+            "e.g. https://grafana.example.com/d/slurm?job={job_id}.",
+        )
+    return template
 
 
 def _timeout(value: Any) -> float:

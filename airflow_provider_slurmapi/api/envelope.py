@@ -18,13 +18,23 @@ from airflow_provider_slurmapi.api.errors import (
     SlurmJobSpecError,
     SlurmMessage,
     SlurmRequestRejectedError,
+    SlurmTransportError,
     format_messages,
 )
 
 MAX_REQUEST_BYTES = 1_000_000
+MAX_REPLY_BYTES = 64 * 1024 * 1024
+"""The largest reply either client reads (64 MiB, after decompression); a larger one is refused unread.
+
+Slurm's largest replies are listings, about 5 KB a job: the whole active queue at Slurm's default
+``MaxJobCount`` (10,000 jobs) lists in about 50 MB. A larger reply is not worth holding in a worker's
+memory (parsed JSON takes several times its size), or is not Slurm's at all.
+"""
 METHODS = {"GET": "HTTP_METHOD_GET", "POST": "HTTP_METHOD_POST", "DELETE": "HTTP_METHOD_DELETE"}
 _ID = re.compile(r"[a-z][a-z0-9-]{0,62}")
 _PROJECT = re.compile(r"[a-z0-9][a-z0-9.:-]{0,62}")
+# A DNS name of two or more labels: nothing that could add a user, port or path to the API's URL.
+_DOMAIN = re.compile(r"(?!-)[a-z0-9-]{1,63}(?<!-)(\.(?!-)[a-z0-9-]{1,63}(?<!-))+")
 _SLURM_PATH = re.compile(r"/(slurm|slurmdb)/v0\.0\.[0-9]+/[A-Za-z0-9_./,=&?%:+~-]*")
 
 
@@ -83,6 +93,14 @@ class ClusterRef:
                 raise SlurmJobSpecError(name, f"{value!r} is not a valid value", f"It must be {what}.")
         if self.endpoint is not None:
             object.__setattr__(self, "endpoint", check_endpoint(self.endpoint))
+        domain = self.universe_domain.lower() if isinstance(self.universe_domain, str) else ""
+        if len(domain) > 253 or not _DOMAIN.fullmatch(domain):
+            raise SlurmJobSpecError(
+                "universe_domain",
+                f"{self.universe_domain!r} is not a DNS name",
+                "Give the domain alone, e.g. googleapis.com (the default), without scheme, user, port or path.",
+            )
+        object.__setattr__(self, "universe_domain", domain)
 
     @property
     def base_url(self) -> str:
@@ -109,6 +127,53 @@ class ClusterRef:
 
     def parse(self, status: int, content: bytes, *, what: str) -> SlurmReply:
         return parse_reply(status, content, what=what)
+
+
+class ReplyBody:
+    """A reply as it streams in: a redirect is refused before its body, a body past MAX_REPLY_BYTES as it grows.
+
+    Both clients read through it, so the two rules are written once. Redirects are never followed: one
+    would send the request again, job and credentials included, to wherever it points.
+    """
+
+    def __init__(self, what: str, url: str, status: int, headers: Mapping[str, str]) -> None:
+        self.what = what
+        self.status = status
+        if 300 <= status < 400:
+            target = urllib.parse.urljoin(url, headers.get("location") or "")
+            raise SlurmTransportError(
+                f"{what}: the server answered HTTP {status}, a redirect to {target[:300]!r}, which is not "
+                "followed (it would send the request and its credentials there). Point the connection's "
+                "endpoint or slurmrestd_url at the address that answers itself.",
+                # Not proof that nothing was done: a 303 (See Other) answers a POST that was acted on.
+                ambiguous=True,
+                retryable=False,
+            )
+        declared = headers.get("content-length") or ""
+        if declared.isdigit() and int(declared) > MAX_REPLY_BYTES:
+            raise self._too_large(f"it announced {int(declared):,} bytes")
+        self.size = 0
+        self._parts: list[bytes] = []
+
+    def add(self, chunk: bytes) -> None:
+        self.size += len(chunk)
+        if self.size > MAX_REPLY_BYTES:
+            raise self._too_large(f"more than {MAX_REPLY_BYTES:,} bytes arrived")
+        self._parts.append(chunk)
+
+    @property
+    def content(self) -> bytes:
+        return b"".join(self._parts)
+
+    def _too_large(self, seen: str) -> SlurmTransportError:
+        return SlurmTransportError(
+            f"{self.what}: the reply is larger than the provider's {MAX_REPLY_BYTES // 2**20} MiB cap "
+            f"(MAX_REPLY_BYTES; {seen}), so it was not read. Slurm's replies stay far below it even for a "
+            "queue at Slurm's default MaxJobCount: check that the endpoint is the Slurm Job API or "
+            "slurmrestd, and narrow a listing call.",
+            ambiguous=True,
+            retryable=False,
+        )
 
 
 @dataclass(frozen=True)

@@ -93,16 +93,18 @@ class SlurmAuthError(SlurmJobApiError):
 
 
 class SlurmTransportError(SlurmJobApiError):
-    """The request never got an answer: connection refused or reset, or the reply timed out.
+    """The request got no usable answer: connection refused or reset, the reply timed out or was cut
+    short, too large, a redirect, or the server's TLS certificate failed verification.
 
     ``ambiguous`` is true when the request may have reached the service (a submit that may have
-    created a job).
+    created a job). Most are retryable; a redirect, a certificate failure and an oversized reply are not
+    (the same request would meet the same answer).
     """
 
     retryable = True
 
-    def __init__(self, message: str, *, ambiguous: bool = False) -> None:
-        super().__init__(message)
+    def __init__(self, message: str, *, ambiguous: bool = False, retryable: bool | None = None) -> None:
+        super().__init__(message, retryable=retryable)
         self.ambiguous = ambiguous
 
 

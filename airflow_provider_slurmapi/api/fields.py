@@ -25,10 +25,10 @@ CONNECTION_FIELDS: dict[str, tuple[str, str]] = {
     "scopes": ("Scopes", "Comma-separated OAuth scopes (default cloud-platform)"),
     "quota_project_id": ("Quota project", "Project billed for API quota"),
     "universe_domain": ("Universe domain", "Default googleapis.com"),
-    "timeout": ("Timeout (seconds)", "Per-call HTTP timeout (default 60)"),
+    "timeout": ("Timeout (seconds)", "Limit of each HTTP try, the whole reply included (default 60)"),
     "retries": ("Retries", "Retries of a transiently failed GET/DELETE, with backoff (default 4)"),
     "retry_delay": ("First retry delay (seconds)", "Doubles on each retry, with jitter (default 1)"),
-    "job_link_template": ("Job link template", "URL for the job link, with {job_id}, {cluster_id}, ..."),
+    "job_link_template": ("Job link template", "http(s) URL for the job link, with {job_id}, {cluster_id}, ..."),
     "slurmrestd_url": ("slurmrestd URL (direct)", "Call an on-premises slurmrestd directly instead of Google"),
     "slurm_user": (
         "Slurm user",

@@ -11,7 +11,7 @@ import pytest
 
 from airflow_provider_slurmapi.api import operations as ops
 from airflow_provider_slurmapi.api.connection import settings_from_extra
-from airflow_provider_slurmapi.api.envelope import Call, SlurmReply, encode_envelope, parse_reply
+from airflow_provider_slurmapi.api.envelope import Call, ClusterRef, SlurmReply, encode_envelope, parse_reply
 from airflow_provider_slurmapi.api.errors import SlurmApiError, SlurmJobApiError, SlurmJobSpecError
 from airflow_provider_slurmapi.api.jobs import JobSpec, SlurmJob
 
@@ -140,6 +140,17 @@ CASES: list[tuple[str, Callable[[], object], str]] = [
     ("key_path and keyfile both", conn(key_path="/k.json", keyfile_dict=json.dumps({"a": 1})), "key_path"),
     ("impersonation not an email", conn(impersonation_chain="robot"), "impersonation_chain"),
     ("unknown extra", conn(colour="blue"), "colour"),
+    ("universe_domain with a user part", conn(universe_domain="x@evil.example/"), "universe_domain"),
+    ("universe_domain with a path", conn(universe_domain="evil.example/x"), "universe_domain"),
+    ("universe_domain with a port", conn(universe_domain="googleapis.com:8443"), "universe_domain"),
+    ("universe_domain a URL", conn(universe_domain="https://googleapis.com"), "universe_domain"),
+    ("universe_domain one label", conn(universe_domain="localhost"), "universe_domain"),
+    ("universe_domain with a space", conn(universe_domain=" googleapis.com"), "universe_domain"),
+    ("universe_domain not a string", lambda: ClusterRef("p", "r1", "c", universe_domain=5), "universe_domain"),  # type: ignore[arg-type]
+    ("job_link_template javascript", conn(job_link_template="javascript:alert(1)//{job_id}"), "job_link_template"),
+    ("job_link_template JavaScript", conn(job_link_template=" JavaScript:alert({job_id})"), "job_link_template"),
+    ("job_link_template data URL", conn(job_link_template="data:text/html,<b>{job_id}</b>"), "job_link_template"),
+    ("job_link_template scheme-relative", conn(job_link_template="//evil.example/{job_id}"), "job_link_template"),
     (
         "direct without user",
         lambda: settings_from_extra({"slurmrestd_url": "http://127.0.0.1:6820", "slurm_jwt": "t"}),
@@ -173,6 +184,14 @@ def test_bad_input_names_the_field(what, make, field):
     message = str(info.value)
     assert field in message, message
     assert info.value.fix and info.value.fix.strip().endswith((".", ")")), message
+
+
+@pytest.mark.parametrize(
+    "template",
+    ["https://grafana.example.com/d/slurm?job={job_id}", "HTTP://127.0.0.1:8080/jobs/{job_id}", "{url}/jobs/{job_id}"],
+)
+def test_http_link_templates_are_accepted(template):
+    assert settings_from_extra({**GOOD_CONN, "job_link_template": template}).job_link_template == template
 
 
 REPLIES = [

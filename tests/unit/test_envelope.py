@@ -35,6 +35,12 @@ def test_endpoint_override_and_universe_domain():
     assert ClusterRef("p", "r1", "c", endpoint="http://127.0.0.1:8080/").base_url == "http://127.0.0.1:8080"
 
 
+@pytest.mark.parametrize("domain", ["googleapis.com", "apis-tpczero.goog", "Sovereign.Example.EU", "a1.b-2.example"])
+def test_universe_domains_that_are_dns_names_are_accepted(domain):
+    ref = ClusterRef("p", "r1", "c", universe_domain=domain)
+    assert ref.base_url == f"https://r1-aiplatform.{domain.lower()}"
+
+
 @pytest.mark.parametrize("endpoint", ["http://example.com", "ftp://x", "not a url", "https://h/?q=1"])
 def test_unsafe_endpoints_are_refused(endpoint):
     with pytest.raises(SlurmJobSpecError, match="endpoint"):
