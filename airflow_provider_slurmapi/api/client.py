@@ -28,6 +28,7 @@ from airflow_provider_slurmapi.api.errors import (
     SlurmJobApiError,
     SlurmTransportError,
     fate_unknown,
+    format_messages,
 )
 from airflow_provider_slurmapi.api.fields import DEFAULT_TIMEOUT
 from airflow_provider_slurmapi.api.jobs import JobSpec, JobState, SlurmJob
@@ -166,16 +167,42 @@ class BaseSlurmJobApiClient:
         )
 
     def _reply(self, call: Call, token: str | None, status: int, content: bytes) -> SlurmReply:
-        """The reply read; a token the API refused (401) is forgotten so the retry fetches a new one."""
+        """The reply read; a token the API refused (401) is forgotten so the retry fetches a new one.
+
+        A read that slurmrestd answered 502/503/504 (it could not reach slurmdbd or slurmctld just then)
+        is tried again like a Google 5xx; once the tries are spent, that reply is the answer.
+        """
         try:
-            return self.cluster.parse(status, content, what=call.describe())
+            reply = self.cluster.parse(status, content, what=call.describe())
         except GoogleApiError as err:
             if err.code == 401 and token and self.tokens:
                 self.tokens.invalidate(token)
             raise
+        if call.idempotent and reply.status in _SLURM_BUSY:
+            raise SlurmBusyError(reply)
+        return reply
+
+    def _give_up(self, error: SlurmJobApiError) -> SlurmReply:
+        """What a call whose tries are spent ends with: Slurm's own busy answer, else ``error``."""
+        if isinstance(error, SlurmBusyError):
+            return error.reply
+        raise error
 
     def _version_key(self) -> str:
         return f"{self.cluster.name}|{self.auth.cache_key()}"
+
+
+_SLURM_BUSY = frozenset({502, 503, 504})
+
+
+class SlurmBusyError(SlurmJobApiError):
+    """slurmrestd answered a read with 502/503/504: slurmdbd or slurmctld was out of reach for a moment."""
+
+    retryable = True
+
+    def __init__(self, reply: SlurmReply) -> None:
+        super().__init__(f"Slurm answered HTTP {reply.status} {format_messages(reply.errors)}".strip())
+        self.reply = reply
 
 
 def _causes(err: BaseException) -> Iterator[BaseException]:
@@ -263,7 +290,7 @@ class SlurmJobApiClient(BaseSlurmJobApiClient):
             except SlurmJobApiError as err:
                 delay = self._retry_delay(call, err, tries)
                 if delay is None:
-                    raise
+                    return self._give_up(err)
                 time.sleep(delay)
 
     def _send_once(self, call: Call) -> SlurmReply:
@@ -399,7 +426,7 @@ class AsyncSlurmJobApiClient(BaseSlurmJobApiClient):
             except SlurmJobApiError as err:
                 delay = self._retry_delay(call, err, tries)
                 if delay is None:
-                    raise
+                    return self._give_up(err)
                 await asyncio.sleep(delay)
 
     async def _send_once(self, call: Call) -> SlurmReply:

@@ -50,6 +50,18 @@ def test_slurmdbd_down_while_the_job_leaves_the_queue(hook, slurmapi_emulator):
     assert hook.wait_for_job(job_id, poll_interval=0.1, timeout=30).state.is_success
 
 
+def test_a_read_that_slurmrestd_answers_502_is_tried_again(hook, slurmapi_emulator):
+    job_id = submit(hook, "#!/bin/bash\ntrue\n")
+    slurmapi_emulator.wait_for_state(job_id, "COMPLETED", 30)
+    slurmapi_emulator.inject_fault("slurmdbd_down", count=2)
+    assert job_id in [j.job_id for j in hook.list_accounted_jobs()]
+    assert slurmapi_emulator.faults.fired.count("slurmdbd_down") == 2
+    # Past the tries, Slurm's answer is the error, named as such.
+    slurmapi_emulator.inject_fault("slurmdbd_down", count=None)
+    with pytest.raises(SlurmJobApiError, match="7000"):
+        hook.list_accounted_jobs()
+
+
 def test_token_endpoint_failures_and_early_expiry(hook, slurmapi_emulator):
     job_id = submit(hook, "#!/bin/bash\nsleep 2\n")
     slurmapi_emulator.expire_tokens()
