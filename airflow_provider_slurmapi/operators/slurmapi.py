@@ -288,6 +288,7 @@ class SlurmSubmitJobOperator(BaseOperator):
         return TaskTry.of(getattr(ti, "try_number", 1), getattr(ti, "max_tries", None), self.retries)
 
     def execute(self, context: Any) -> int:
+        SlurmJobLink.none_yet(self)
         hook = self.hook
         try:
             spec = self.build_spec(context)

@@ -170,7 +170,8 @@ class SlurmJobSensor(BaseSensorOperator):
     def _persist_link(self, context: Any) -> None:
         try:
             SlurmJobLink.persist_for(context, SlurmJobApiHook(slurmapi_conn_id=self.slurmapi_conn_id), self.job_id)
-        except SlurmJobApiError as err:
+        except Exception as err:
+            # A missing connection too: the trigger's event, handled next, tells the task's real outcome.
             self.log.warning("Could not store the Slurm job link for job %s: %s", self.job_id, err)
         self._link_done = True
 
@@ -195,6 +196,7 @@ class SlurmJobSensor(BaseSensorOperator):
         return self._decide(job.state, message)
 
     def execute(self, context: Any) -> Any:
+        SlurmJobLink.none_yet(self)
         if not self.deferrable:
             return super().execute(context)
         from airflow_provider_slurmapi.triggers.slurmapi import SlurmJobTrigger

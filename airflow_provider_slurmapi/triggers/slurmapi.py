@@ -110,6 +110,11 @@ class SlurmJobTrigger(BaseTrigger):
         except SlurmJobApiError as err:
             yield self._event(ERROR, str(err))
             return
+        except Exception as err:
+            # A missing connection (AirflowNotFoundException) and the like: in the event, the task's
+            # error states the cause, rather than Airflow's bare "Trigger failure".
+            yield self._event(ERROR, f"Could not read connection {self.slurmapi_conn_id!r}: {err}")
+            return
         waiting = self._run_shared(settings, job_id) if self.coalesce else self._run_alone(settings, job_id)
         try:
             async for event in waiting:

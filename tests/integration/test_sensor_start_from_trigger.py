@@ -137,3 +137,11 @@ def test_a_job_id_that_never_existed_fails_the_sensor_after_its_grace(slurmapi_e
     assert event["status"] == "error"
     with pytest.raises(AirflowFailException, match="Slurm job 987654 is unknown"):
         wait.execute_complete({}, event)
+
+
+def test_a_missing_connection_is_the_sensors_error(slurmapi_emulator):
+    """Not Airflow's bare ``TaskDeferralError: Trigger failure`` with the cause in the triggerer's log."""
+    wait = sensor(job_id=1, poke_interval=0.2, slurmapi_conn_id="no_such_connection")
+    event = run_from_start_args(wait)
+    with pytest.raises(AirflowFailException, match="no_such_connection"):
+        wait.execute_complete({}, event)

@@ -251,3 +251,9 @@ def test_an_unknown_job_id_ends_after_its_grace(hook, coalesce):
 def test_the_operators_own_job_keeps_the_long_grace():
     """Its job was just submitted: slurmdbd may lag, so the trigger it defers to waits 600 s (the sensor 120 s)."""
     assert SlurmJobTrigger(5).unknown_job_grace == UNRECORDED_GRACE == 600
+
+
+def test_a_missing_connection_is_named_in_the_event(slurmapi_emulator):
+    event = bounded(SlurmJobTrigger(1, slurmapi_conn_id="no_such_connection", poll_interval=0.2))
+    assert event["status"] == "error", event
+    assert "no_such_connection" in event["message"] and "Could not read connection" in event["message"], event
