@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
-from airflow_provider_slurmapi.api import versions
+from airflow_provider_slurmapi.api import checks, versions
 from airflow_provider_slurmapi.api.auth import CLOUD_PLATFORM_SCOPE, AuthConfig, parse_chain
 from airflow_provider_slurmapi.api.client import RetryPolicy
 from airflow_provider_slurmapi.api.direct import SlurmrestdRef
@@ -84,11 +84,11 @@ def settings_from_extra(
         endpoint = values.get("endpoint")
         common: dict[str, Any] = {
             "api_version": versions.check_version(values.get("api_version", versions.DEFAULT_VERSION)),
-            "timeout": _timeout(values.get("timeout", DEFAULT_TIMEOUT)),
+            "timeout": checks.seconds(values.get("timeout", DEFAULT_TIMEOUT), "timeout", text=True),
             "job_link_template": _link_template(values.get("job_link_template")),
             "retry": RetryPolicy(
                 attempts=_count(values.get("retries", 4)) + 1,
-                initial_delay=_seconds(values.get("retry_delay", 1.0), "retry_delay"),
+                initial_delay=checks.seconds(values.get("retry_delay", 1.0), "retry_delay", zero=True, text=True),
             ),
         }
         if values.get("slurmrestd_url"):
@@ -180,16 +180,6 @@ def _count(value: Any) -> int:
     return value
 
 
-def _seconds(value: Any, name: str) -> float:
-    try:
-        seconds = float(value)
-    except (TypeError, ValueError):
-        seconds = -1.0
-    if isinstance(value, bool) or seconds < 0:
-        raise SlurmJobSpecError(name, f"{value!r} is not a number of seconds", "Give e.g. 1.")
-    return seconds
-
-
 def _link_template(value: Any) -> str:
     """The template of the task's job link: an http(s) URL, since Airflow's UI puts it in a link as is."""
     template = str(value or "")
@@ -201,16 +191,6 @@ def _link_template(value: Any) -> str:
             "e.g. https://grafana.example.com/d/slurm?job={job_id}.",
         )
     return template
-
-
-def _timeout(value: Any) -> float:
-    try:
-        timeout = float(value)
-    except (TypeError, ValueError):
-        timeout = -1.0
-    if isinstance(value, bool) or timeout <= 0:
-        raise SlurmJobSpecError("timeout", f"{value!r} is not a positive number", "Give seconds, e.g. 60.")
-    return timeout
 
 
 def _slurm_user(value: Any) -> str:

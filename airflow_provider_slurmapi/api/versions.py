@@ -61,6 +61,12 @@ def check_job_id(job_id: object) -> str:
     return text
 
 
+def canonical_job_id(job_id: object) -> str:
+    """A job id checked (:func:`check_job_id`) and spelt as Slurm spells it in replies: ``"01"``,
+    ``" 1"`` and ``"1\\n"`` are ``"1"``, ``"7_03"`` is ``"7_3"``. Replies are matched on this spelling."""
+    return "_".join(str(int(part)) for part in check_job_id(job_id).split("_"))
+
+
 def submit_path(version: str) -> str:
     return f"/slurm/{version}/job/submit"
 

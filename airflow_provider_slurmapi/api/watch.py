@@ -42,20 +42,10 @@ class JobWatch:
         """Log lines for what is new in ``job``: a state change.
 
         A job that neither the queue nor accounting knows is taken for "not recorded yet" for
-        ``unrecorded_grace`` seconds, then reported as gone (``SlurmJobNotFoundError``).
+        ``unrecorded_grace`` seconds, then reported as unknown (``SlurmJobNotFoundError``).
         """
         self.consecutive_errors = 0
-        if job.source == "none":
-            now = time.time()
-            self.unrecorded_since = self.unrecorded_since or now
-            if now - self.unrecorded_since > self.unrecorded_grace:
-                raise SlurmJobNotFoundError(
-                    f"Slurm job {self.job_id} has been in neither the active queue nor accounting for "
-                    f"{self.unrecorded_grace:.0f}s: it is gone (check the cluster's accounting).",
-                    http_status=404,
-                )
-        else:
-            self.unrecorded_since = None
+        self._check_recorded(job.source == "none")
         lines = []
         described = job.describe_state()
         if described != self.last:
@@ -65,14 +55,32 @@ class JobWatch:
             lines.append(f"{job.label}: {described}{suffix}")
         return lines
 
-    def observe_state(self, job_id: object, state: JobState) -> list[str]:
-        """Log lines for a bare state (from a batched poll, which carries no reason or nodes)."""
+    def observe_state(self, job_id: object, state: JobState, *, unrecorded: bool = False) -> list[str]:
+        """Log lines for a bare state (from a batched poll, which carries no reason or nodes);
+        ``unrecorded``: the state is a placeholder for a job neither the queue nor accounting knows."""
         self.consecutive_errors = 0
+        self._check_recorded(unrecorded)
         text = str(state)
         if text == self.last.split(" ")[0]:
             return []
         self.last = text
         return [f"Slurm job {job_id}: {text}"]
+
+    def _check_recorded(self, unrecorded: bool) -> None:
+        """Time how long the job has been unknown; past ``unrecorded_grace`` seconds, raise."""
+        if not unrecorded:
+            self.unrecorded_since = None
+            return
+        now = time.time()
+        if self.unrecorded_since is None:
+            self.unrecorded_since = now
+        if now - self.unrecorded_since > self.unrecorded_grace:
+            raise SlurmJobNotFoundError(
+                f"Slurm job {self.job_id} is unknown: it has been in neither the active queue nor accounting "
+                f"for {self.unrecorded_grace:.0f}s. Check the job id and the connection's cluster (or whether "
+                "the cluster's accounting keeps jobs this old).",
+                http_status=404,
+            )
 
     def failed_poll(self, error: SlurmJobApiError) -> str:
         """Count a failed poll: a log line if it may be retried, else re-raise it."""

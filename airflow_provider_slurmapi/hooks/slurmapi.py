@@ -8,11 +8,8 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.providers.common.compat.sdk import BaseHook
 
-from airflow_provider_slurmapi.api.errors import (
-    SlurmJobApiError,
-    SlurmJobSpecError,
-    SlurmJobWaitTimeoutError,
-)
+from airflow_provider_slurmapi.api import checks
+from airflow_provider_slurmapi.api.errors import SlurmJobApiError, SlurmJobWaitTimeoutError
 from airflow_provider_slurmapi.api.fields import CONNECTION_FIELDS, SECRET_FIELDS, ui_field_behaviour
 from airflow_provider_slurmapi.api.states import DEFAULT_ERROR_BUDGET
 
@@ -208,15 +205,16 @@ class SlurmJobApiHook(BaseHook):
 
         Transient errors are logged and tolerated up to a budget of consecutive failures.
 
-        :param poll_interval: seconds between polls.
+        :param poll_interval: seconds between polls (a finite number above 0).
         :param timeout: give up after this many seconds (``SlurmJobWaitTimeoutError``); None waits forever.
         :param on_poll: called with each job record seen.
         :param error_budget: consecutive failed polls (each already retried by the client) tolerated.
         """
         from airflow_provider_slurmapi.api.watch import Deadline, JobWatch, outcome_text
 
-        if poll_interval <= 0:
-            raise SlurmJobSpecError("poll_interval", f"{poll_interval!r} is not positive", "Give seconds > 0.")
+        poll_interval = checks.seconds(poll_interval, "poll_interval")
+        if timeout is not None:
+            timeout = checks.seconds(timeout, "timeout", zero=True)
         deadline = Deadline.after(timeout)
         watch = JobWatch(job_id, error_budget=error_budget)
         last: SlurmJob | None = None

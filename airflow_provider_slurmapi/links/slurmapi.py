@@ -24,6 +24,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 XCOM_LINK_KEY = "slurm_job_link"
+# The operator attribute holding the link a task stored in this process ({} while it has stored none).
+_STORED = "_slurm_job_link"
 # A job_link_template for the cluster in the Google Cloud console (no longer the default target).
 CLOUD_CONSOLE_LINK_TEMPLATE = (
     "https://console.cloud.google.com/vertex-ai/model-development-clusters/locations/{region}/"
@@ -69,6 +71,13 @@ class SlurmJobLink(BaseOperatorLink):
 
     The URL is worked out when the job is known (before waiting or deferring) and kept in XCom, so the
     link works while the job runs and after the task ends.
+
+    Airflow 3 reads every extra link as a task finishes, on the worker, and its SDK logs a missing
+    XCom at error level: a task that failed before its job was known (a rejected spec, a missing
+    connection) would end with a misleading ``XCom not found ... key=slurm_job_link``. So an operator
+    marks itself with :meth:`none_yet` when it starts, and the link it stores is also kept on it: in that
+    process the link is answered without reading XCom. A resumed task (after a deferral) and the web
+    server read the XCom.
     """
 
     name = "Slurm Job"
@@ -84,7 +93,15 @@ class SlurmJobLink(BaseOperatorLink):
         if conn_id is None:
             conn_id = getattr(context.get("task"), "slurmapi_conn_id", None) or DEFAULT_CONN_ID
         target = url or default_job_url(job_id, conn_id)
-        context["ti"].xcom_push(key=XCOM_LINK_KEY, value={"url": target, "job_id": str(job_id), "conn_id": conn_id})
+        value = {"url": target, "job_id": str(job_id), "conn_id": conn_id}
+        context["ti"].xcom_push(key=XCOM_LINK_KEY, value=value)
+        if context.get("task") is not None:
+            setattr(context["task"], _STORED, value)
+
+    @staticmethod
+    def none_yet(operator: Any) -> None:
+        """Mark ``operator`` as running in this process with no link stored yet (see the class's notes)."""
+        setattr(operator, _STORED, {})
 
     @classmethod
     def persist_for(cls, context: Any, hook: Any, job_id: int | str) -> None:
@@ -94,7 +111,8 @@ class SlurmJobLink(BaseOperatorLink):
         cls.persist(context, url=url, job_id=job_id, conn_id=hook.slurmapi_conn_id)
 
     def get_link(self, operator: Any, *, ti_key: TaskInstanceKey) -> str:
-        value = XCom.get_value(key=XCOM_LINK_KEY, ti_key=ti_key)
+        stored = getattr(operator, _STORED, None)
+        value = stored if isinstance(stored, dict) else XCom.get_value(key=XCOM_LINK_KEY, ti_key=ti_key)
         if isinstance(value, dict):
             return str(value.get("url") or "")
         return ""

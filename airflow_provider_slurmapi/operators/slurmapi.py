@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.providers.common.compat.sdk import AirflowException, AirflowFailException, BaseOperator, mask_secret
 
+from airflow_provider_slurmapi.api import checks
 from airflow_provider_slurmapi.api.errors import (
     SlurmJobApiError,
     SlurmJobFailedError,
@@ -114,7 +115,8 @@ class SlurmSubmitJobOperator(BaseOperator):
         every task of the array and succeeds only if all COMPLETED; the error names each failed task.
     :param wait_for_completion: wait for the job to end (default True); False returns right after submit.
     :param deferrable: wait in the triggerer, freeing the worker (default ``[operators] default_deferrable``).
-    :param poll_interval: seconds between state checks (default 30).
+        This and the other switches take a bool: a string such as ``"false"`` is refused.
+    :param poll_interval: seconds between state checks (default 30; a finite number above 0).
     :param cancel_on_kill: cancel the Slurm job when the task is killed (default True).
     :param retry_on_job_failure: let the task's retries re-run jobs that FAILED/TIMEOUT/OOM (default False;
         cluster failures such as NODE_FAIL are always retryable).
@@ -181,7 +183,7 @@ class SlurmSubmitJobOperator(BaseOperator):
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        self.reattach = reattach
+        self.reattach = checks.flag(reattach, "reattach")
         self.script = script
         self.job = dict(job) if job else {}
         self.name = name
@@ -197,14 +199,12 @@ class SlurmSubmitJobOperator(BaseOperator):
         self.standard_output = standard_output
         self.standard_error = standard_error
         self.array = array
-        self.wait_for_completion = wait_for_completion
+        self.wait_for_completion = checks.flag(wait_for_completion, "wait_for_completion")
         # Read when the task is built (not when this module is imported), so the setting can change.
-        self.deferrable = default_deferrable() if deferrable is None else bool(deferrable)
-        if not isinstance(poll_interval, (int, float)) or poll_interval <= 0:
-            raise SlurmJobSpecError("poll_interval", f"{poll_interval!r} is not positive", "Give seconds > 0.")
-        self.poll_interval = float(poll_interval)
-        self.cancel_on_kill = cancel_on_kill
-        self.retry_on_job_failure = retry_on_job_failure
+        self.deferrable = default_deferrable() if deferrable is None else checks.flag(deferrable, "deferrable")
+        self.poll_interval = checks.seconds(poll_interval, "poll_interval")
+        self.cancel_on_kill = checks.flag(cancel_on_kill, "cancel_on_kill")
+        self.retry_on_job_failure = checks.flag(retry_on_job_failure, "retry_on_job_failure")
         self.slurmapi_conn_id = slurmapi_conn_id
         self.job_id: int | None = None
         if gpus_per_node is not None and (
@@ -295,6 +295,7 @@ class SlurmSubmitJobOperator(BaseOperator):
         return TaskTry.of(getattr(ti, "try_number", 1), getattr(ti, "max_tries", None), self.retries)
 
     def execute(self, context: Any) -> int:
+        SlurmJobLink.none_yet(self)
         hook = self.hook
         try:
             spec = self.build_spec(context)
@@ -457,7 +458,7 @@ class SlurmCancelJobOperator(BaseOperator):
 
     :param job_id: the Slurm job id (templated, e.g. ``{{ ti.xcom_pull('train') }}``).
     :param wait_for_termination: wait until the job has really stopped (default True).
-    :param poll_interval: seconds between checks while waiting (default 5).
+    :param poll_interval: seconds between checks while waiting (default 5; a finite number above 0).
     :param slurmapi_conn_id: the ``slurmapi`` connection (default ``slurmapi_default``).
     """
 
@@ -474,8 +475,8 @@ class SlurmCancelJobOperator(BaseOperator):
     ) -> None:
         super().__init__(**kwargs)
         self.job_id = job_id
-        self.wait_for_termination = wait_for_termination
-        self.poll_interval = poll_interval
+        self.wait_for_termination = checks.flag(wait_for_termination, "wait_for_termination")
+        self.poll_interval = checks.seconds(poll_interval, "poll_interval")
         self.slurmapi_conn_id = slurmapi_conn_id
 
     def execute(self, context: Any) -> dict[str, Any] | None:

@@ -13,8 +13,9 @@ from airflow.providers.common.compat.sdk import (
     BaseSensorOperator,
 )
 
-from airflow_provider_slurmapi.api.errors import SlurmJobApiError, SlurmJobNotFoundError
-from airflow_provider_slurmapi.api.states import TERMINAL_STATES
+from airflow_provider_slurmapi.api import checks
+from airflow_provider_slurmapi.api.errors import SlurmJobApiError, SlurmJobNotFoundError, SlurmJobSpecError
+from airflow_provider_slurmapi.api.states import TERMINAL_STATES, UNKNOWN_JOB_GRACE
 from airflow_provider_slurmapi.hooks.slurmapi import SlurmJobApiHook, default_deferrable
 from airflow_provider_slurmapi.links.slurmapi import SlurmJobLink
 from airflow_provider_slurmapi.version_compat import AIRFLOW_V_3_3_PLUS
@@ -44,9 +45,16 @@ class SlurmJobSensor(BaseSensorOperator):
     """Wait until a Slurm job reaches a success state; fail on a failure state.
 
     :param job_id: the Slurm job id (templated, e.g. ``{{ ti.xcom_pull(task_ids='submit') }}``).
-    :param success_states: base states that mean success (default ``["COMPLETED"]``).
+    :param success_states: base states that mean success (default ``["COMPLETED"]``): a list of Slurm
+        state names (``PENDING``, ``RUNNING``, ``COMPLETED``, ``FAILED``, ...); a bare string or a name
+        Slurm does not have is refused when the DAG is parsed.
     :param failure_states: base states that fail the sensor (default every other terminal state).
-    :param deferrable: wait in the triggerer (default ``[operators] default_deferrable``).
+    :param deferrable: wait in the triggerer (default ``[operators] default_deferrable``); a bool.
+    :param unknown_job_grace: seconds (default 120) the job id may be in neither Slurm's active queue
+        nor its accounting while the sensor waits in the triggerer, before the sensor fails saying the
+        id is unknown (room for a job submitted elsewhere a moment ago). A check on a worker (``poke``
+        and ``reschedule`` modes, and the first check of a deferrable sensor that does not start from
+        the triggerer) fails at once on an unknown id.
     :param start_from_trigger: with ``deferrable``, start the wait directly in the triggerer, without
         taking a worker slot first (default: on wherever the Airflow version allows it — Airflow 3.3+,
         which renders ``job_id`` in the triggerer, or any version when ``job_id`` is a plain, untemplated
@@ -77,20 +85,33 @@ class SlurmJobSensor(BaseSensorOperator):
         failure_states: Iterable[str] | None = None,
         deferrable: bool | None = None,
         start_from_trigger: bool | None = None,
+        unknown_job_grace: float = UNKNOWN_JOB_GRACE,
         slurmapi_conn_id: str = SlurmJobApiHook.default_conn_name,
         **kwargs: Any,
     ) -> None:
+        for name in ("poke_interval", "timeout"):  # before Airflow turns a NaN into a raw ValueError
+            if kwargs.get(name) is not None:
+                value = kwargs[name]
+                seconds = value.total_seconds() if isinstance(value, timedelta) else value
+                checks.seconds(seconds, name, zero=name == "timeout")
         super().__init__(**kwargs)
         self.job_id = job_id
-        self.success_states = {s.upper() for s in success_states}
+        self.success_states = set(checks.states(success_states, "success_states"))
         if failure_states is None:
             failure_states = TERMINAL_STATES - self.success_states
-        self.failure_states = {s.upper() for s in failure_states}
+        self.failure_states = set(checks.states(failure_states, "failure_states", empty=True))
         overlap = self.success_states & self.failure_states
         if overlap:
-            raise ValueError(f"success_states and failure_states share {sorted(overlap)}: make them disjoint.")
+            raise SlurmJobSpecError(
+                "failure_states",
+                f"shares {', '.join(sorted(overlap))} with success_states",
+                "Make the two lists disjoint.",
+            )
         # Read when the task is built (not when this module is imported), so the setting can change.
-        self.deferrable = default_deferrable() if deferrable is None else bool(deferrable)
+        self.deferrable = default_deferrable() if deferrable is None else checks.flag(deferrable, "deferrable")
+        if start_from_trigger is not None:
+            checks.flag(start_from_trigger, "start_from_trigger")
+        self.unknown_job_grace = checks.seconds(unknown_job_grace, "unknown_job_grace", zero=True)
         self.slurmapi_conn_id = slurmapi_conn_id
         self._link_done = False
         if start_from_trigger and not self.deferrable:
@@ -134,6 +155,7 @@ class SlurmJobSensor(BaseSensorOperator):
             "poll_interval": float(self.poke_interval),
             "deadline": deadline,
             "target_states": targets or None,
+            "unknown_job_grace": self.unknown_job_grace,
         }
 
     def _decide(self, state: JobState, message: str) -> bool:
@@ -148,7 +170,8 @@ class SlurmJobSensor(BaseSensorOperator):
     def _persist_link(self, context: Any) -> None:
         try:
             SlurmJobLink.persist_for(context, SlurmJobApiHook(slurmapi_conn_id=self.slurmapi_conn_id), self.job_id)
-        except SlurmJobApiError as err:
+        except Exception as err:
+            # A missing connection too: the trigger's event, handled next, tells the task's real outcome.
             self.log.warning("Could not store the Slurm job link for job %s: %s", self.job_id, err)
         self._link_done = True
 
@@ -173,6 +196,7 @@ class SlurmJobSensor(BaseSensorOperator):
         return self._decide(job.state, message)
 
     def execute(self, context: Any) -> Any:
+        SlurmJobLink.none_yet(self)
         if not self.deferrable:
             return super().execute(context)
         from airflow_provider_slurmapi.triggers.slurmapi import SlurmJobTrigger

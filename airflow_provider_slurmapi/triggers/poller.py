@@ -26,7 +26,7 @@ from typing import Any
 from airflow_provider_slurmapi.api import versions
 from airflow_provider_slurmapi.api.client import AsyncSlurmJobApiClient
 from airflow_provider_slurmapi.api.envelope import Call
-from airflow_provider_slurmapi.api.errors import GoogleApiError, SlurmApiError, SlurmJobApiError
+from airflow_provider_slurmapi.api.errors import GoogleApiError, SlurmApiError, SlurmJobApiError, SlurmJobSpecError
 from airflow_provider_slurmapi.api.jobs import JobState, SlurmArrayJob, SlurmJob
 from airflow_provider_slurmapi.api.operations import Operation, _records, job_states
 
@@ -45,6 +45,9 @@ class Observation:
     # The full record of a job that has ended, read in the tick's one batched accounting call; for an
     # array, the whole array (its tasks) on every tick.
     job: SlurmJob | None = None
+    # True when neither the queue nor accounting knows the job (yet): ``state`` is then a PENDING
+    # placeholder, and the trigger decides how long an unknown id may stay so.
+    unrecorded: bool = False
 
 
 def states_in_queue(version: str, job_ids: list[str]) -> Operation[dict[str, JobState]]:
@@ -106,21 +109,23 @@ class SharedJobPoller:
         return list(cls._registry.values())
 
     def subscribe(self, job_id: object) -> asyncio.Queue[Observation]:
+        """Follow ``job_id``: its observations arrive on the returned queue, one per change."""
         queue: asyncio.Queue[Observation] = asyncio.Queue()
-        self.subscribers.setdefault(str(job_id), set()).add(queue)
+        self.subscribers.setdefault(_key(job_id), set()).add(queue)
         if self._task is None or self._task.done():
             self._task = asyncio.get_running_loop().create_task(self._run(), name=f"slurm-poller-{self.key[1]}")
         return queue
 
     async def unsubscribe(self, job_id: object, queue: asyncio.Queue[Observation]) -> None:
         """Leave; the last subscriber to leave stops the poller and closes its client."""
-        queues = self.subscribers.get(str(job_id))
+        key = _key(job_id)
+        queues = self.subscribers.get(key)
         self._delivered.pop(queue, None)
         if queues is not None:
             queues.discard(queue)
             if not queues:
-                del self.subscribers[str(job_id)]
-                self.arrays.discard(str(job_id))
+                del self.subscribers[key]
+                self.arrays.discard(key)
         if not self.subscribers:
             self._registry.pop(self.key, None)
             task, self._task = self._task, None
@@ -142,17 +147,29 @@ class SharedJobPoller:
         """One poll of every subscribed job; a subscriber is woken when its job's observation changed.
 
         An error always wakes (it counts against the trigger's error budget), and so does the first
-        observation after one (it resets the count); a job still in the same state does not, so a tick
-        costs thousands of waiting triggers nothing.
+        observation after one (it resets the count), and a job unknown to the queue and accounting (the
+        trigger times how long it stays unknown); a job still in the same state does not, so a tick
+        costs thousands of waiting triggers nothing. An id that is not a job id fails its own
+        subscribers only: it never reaches the batched call the others share.
         """
-        ids = list(self.subscribers)
-        try:
-            seen = await self._observe(ids)
-        except SlurmJobApiError as err:
-            seen = {job_id: Observation(error=err) for job_id in ids}
+        ids: list[str] = []
+        seen: dict[str, Observation] = {}
+        for job_id in self.subscribers:
+            try:
+                versions.check_job_id(job_id)
+            except SlurmJobSpecError as err:
+                seen[job_id] = Observation(error=err)
+            else:
+                ids.append(job_id)
+        if ids:
+            try:
+                seen.update(await self._observe(ids))
+            except SlurmJobApiError as err:
+                seen.update({job_id: Observation(error=err) for job_id in ids})
         for job_id, observation in seen.items():
             for queue in self.subscribers.get(job_id, ()):
-                if observation.error is None and self._delivered.get(queue) == observation:
+                wake = observation.error is not None or observation.unrecorded
+                if not wake and self._delivered.get(queue) == observation:
                     continue
                 self._delivered[queue] = observation
                 queue.put_nowait(observation)
@@ -201,8 +218,8 @@ class SharedJobPoller:
                     elif job is not None:
                         seen[job_id] = Observation(state=job.state, accounted=True, job=final)
                     else:
-                        # Neither in the queue nor (yet) in accounting: just submitted, awaiting its first record.
-                        seen[job_id] = Observation(state=JobState("PENDING"))
+                        # Neither in the queue nor (yet) in accounting: just submitted, or no such job.
+                        seen[job_id] = Observation(state=JobState("PENDING"), unrecorded=True)
         for job_id in ids:
             if job_id in self.arrays:
                 seen[job_id] = await self._observe_one(job_id)
@@ -215,10 +232,24 @@ class SharedJobPoller:
         except SlurmJobApiError as err:
             return Observation(error=err)
         whole = isinstance(job, SlurmArrayJob) or job.state.is_terminal
-        return Observation(state=job.state, accounted=job.source == "slurmdb", job=job if whole else None)
+        return Observation(
+            state=job.state,
+            accounted=job.source == "slurmdb",
+            job=job if whole else None,
+            unrecorded=job.source == "none",
+        )
 
     async def _observe_each(self, ids: list[str]) -> dict[str, Observation]:
         return {job_id: await self._observe_one(job_id) for job_id in ids}
+
+
+def _key(job_id: object) -> str:
+    """The id a subscriber is filed under: as replies spell it (``"01"`` is ``"1"``), or as given when it
+    is not a job id (the next tick fails that subscriber alone)."""
+    try:
+        return versions.canonical_job_id(job_id)
+    except SlurmJobSpecError:
+        return str(job_id)
 
 
 def _batch_unsupported(err: Any) -> bool:

@@ -8,12 +8,13 @@ from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
+from airflow_provider_slurmapi.api import checks, versions
 from airflow_provider_slurmapi.api.client import AsyncSlurmJobApiClient
 from airflow_provider_slurmapi.api.connection import ConnectionSettings
-from airflow_provider_slurmapi.api.errors import SlurmJobApiError
+from airflow_provider_slurmapi.api.errors import SlurmJobApiError, SlurmJobSpecError
 from airflow_provider_slurmapi.api.jobs import SlurmArrayJob, SlurmJob
 from airflow_provider_slurmapi.api.states import DEFAULT_ERROR_BUDGET
-from airflow_provider_slurmapi.api.watch import Deadline, JobWatch, outcome_text
+from airflow_provider_slurmapi.api.watch import UNRECORDED_GRACE, Deadline, JobWatch, outcome_text
 from airflow_provider_slurmapi.triggers.poller import SharedJobPoller
 from airflow_provider_slurmapi.version_compat import AIRFLOW_V_3_0_PLUS, AIRFLOW_V_3_3_PLUS
 
@@ -36,6 +37,9 @@ class SlurmJobTrigger(BaseTrigger):
         moving to another triggerer never cancels.
     :param coalesce: share one poller (one batched call per tick) with every other trigger of this
         connection and interval in the triggerer (default True); False polls this job on its own.
+    :param unknown_job_grace: seconds the job may be in neither the active queue nor accounting (a job
+        submitted a moment ago that Slurm has not recorded yet) before an ``error`` event saying the id is
+        unknown (default 600, for a job the task just submitted; the sensor passes its own, shorter one).
 
     The event's payload: ``status`` (success, failed, reached, timeout, error), ``job_id``, ``message``
     and ``job`` (the job summary, when one was read). An array's id waits for every task: ``job`` is the
@@ -53,12 +57,14 @@ class SlurmJobTrigger(BaseTrigger):
         error_budget: int = DEFAULT_ERROR_BUDGET,
         coalesce: bool = True,
         cancel_on_kill: bool = False,
+        unknown_job_grace: float = UNRECORDED_GRACE,
     ) -> None:
         super().__init__()
         self.job_id = job_id
         self.slurmapi_conn_id = slurmapi_conn_id
-        self.poll_interval = float(poll_interval)
-        self.deadline = deadline
+        self.poll_interval = checks.seconds(poll_interval, "poll_interval")
+        self.deadline = None if deadline is None else checks.seconds(deadline, "deadline")
+        self.unknown_job_grace = checks.seconds(unknown_job_grace, "unknown_job_grace", zero=True)
         self.target_states = list(target_states) if target_states else None
         self.error_budget = int(error_budget)
         self.coalesce = bool(coalesce)
@@ -76,6 +82,7 @@ class SlurmJobTrigger(BaseTrigger):
                 "error_budget": self.error_budget,
                 "coalesce": self.coalesce,
                 "cancel_on_kill": self.cancel_on_kill,
+                "unknown_job_grace": self.unknown_job_grace,
             },
         )
 
@@ -93,11 +100,22 @@ class SlurmJobTrigger(BaseTrigger):
         from airflow_provider_slurmapi.hooks.slurmapi import SlurmJobApiHook
 
         try:
+            # Checked here, not in __init__: a templated id is rendered by the triggerer after that.
+            job_id = versions.canonical_job_id(self.job_id)
+        except SlurmJobSpecError as err:
+            yield self._event(ERROR, str(err))
+            return
+        try:
             settings = await SlurmJobApiHook(slurmapi_conn_id=self.slurmapi_conn_id).aget_settings()
         except SlurmJobApiError as err:
             yield self._event(ERROR, str(err))
             return
-        waiting = self._run_shared(settings) if self.coalesce else self._run_alone(settings)
+        except Exception as err:
+            # A missing connection (AirflowNotFoundException) and the like: in the event, the task's
+            # error states the cause, rather than Airflow's bare "Trigger failure".
+            yield self._event(ERROR, f"Could not read connection {self.slurmapi_conn_id!r}: {err}")
+            return
+        waiting = self._run_shared(settings, job_id) if self.coalesce else self._run_alone(settings, job_id)
         try:
             async for event in waiting:
                 yield event
@@ -163,6 +181,8 @@ class SlurmJobTrigger(BaseTrigger):
             return None
 
     def _done(self, job: SlurmJob) -> TriggerEvent | None:
+        if job.source == "none":  # a placeholder for a job not recorded (yet): no state reached
+            return None
         if job.state.is_terminal:
             return self._event(SUCCESS if job.state.is_success else FAILED, outcome_text(job), job)
         if job.state.base in set(self.target_states or ()):
@@ -173,16 +193,19 @@ class SlurmJobTrigger(BaseTrigger):
         state = last.describe_state() if last else "unknown"
         return self._event(TIMEOUT, f"Slurm job {self.job_id} still {state} at the deadline", last)
 
-    async def _run_alone(self, settings: ConnectionSettings) -> AsyncGenerator[TriggerEvent, None]:
+    def _watch(self) -> JobWatch:
+        return JobWatch(self.job_id, error_budget=self.error_budget, unrecorded_grace=self.unknown_job_grace)
+
+    async def _run_alone(self, settings: ConnectionSettings, job_id: str) -> AsyncGenerator[TriggerEvent, None]:
         """One client and one GET per poll for this job alone (``coalesce=False``)."""
         deadline = Deadline(self.deadline)
-        watch = JobWatch(self.job_id, error_budget=self.error_budget)
+        watch = self._watch()
         last = None
         client = AsyncSlurmJobApiClient(settings.cluster, **settings.client_kwargs())
         try:
             while True:
                 try:
-                    last = await client.get_job(self.job_id, recently_submitted=True)
+                    last = await client.get_job(job_id, recently_submitted=True)
                 except SlurmJobApiError as err:
                     try:
                         self.log.warning(watch.failed_poll(err))
@@ -209,16 +232,18 @@ class SlurmJobTrigger(BaseTrigger):
         finally:
             await client.aclose()
 
-    async def _run_shared(self, settings: ConnectionSettings) -> AsyncGenerator[TriggerEvent, None]:
-        """Wait on this event loop's shared poller for the cluster: one batched call per tick for all."""
+    async def _run_shared(self, settings: ConnectionSettings, job_id: str) -> AsyncGenerator[TriggerEvent, None]:
+        """Wait on this event loop's shared poller for the cluster: one batched call per tick for all.
+
+        ``job_id`` is the canonical spelling, the one the batched replies use."""
         deadline = Deadline(self.deadline)
-        watch = JobWatch(self.job_id, error_budget=self.error_budget)
+        watch = self._watch()
         targets = set(self.target_states or ())
         conn_key = f"{self.slurmapi_conn_id}|{settings.cluster.name}|{settings.auth.cache_key()}"
         poller = SharedJobPoller.get(
             conn_key, self.poll_interval, lambda: AsyncSlurmJobApiClient(settings.cluster, **settings.client_kwargs())
         )
-        queue = poller.subscribe(self.job_id)
+        queue = poller.subscribe(job_id)
         try:
             while True:
                 remaining = deadline.remaining()
@@ -233,12 +258,20 @@ class SlurmJobTrigger(BaseTrigger):
                 if seen.state is not None:
                     # An array comes whole on every tick: log its tasks' progress, not a bare state.
                     whole = seen.job if isinstance(seen.job, SlurmArrayJob) else None
-                    lines = watch.observe(whole) if whole else watch.observe_state(self.job_id, seen.state)
+                    try:
+                        lines = (
+                            watch.observe(whole)
+                            if whole
+                            else watch.observe_state(self.job_id, seen.state, unrecorded=seen.unrecorded)
+                        )
+                    except SlurmJobApiError as gone:
+                        yield self._event(ERROR, str(gone))
+                        return
                     for line in lines:
                         self.log.info(line)
-                    if seen.state.is_terminal or seen.state.base in targets:
+                    if not seen.unrecorded and (seen.state.is_terminal or seen.state.base in targets):
                         try:
-                            job = seen.job if seen.job is not None else await poller.fetch(self.job_id)
+                            job = seen.job if seen.job is not None else await poller.fetch(job_id)
                         except SlurmJobApiError as err:
                             error = err
                         else:
@@ -253,7 +286,7 @@ class SlurmJobTrigger(BaseTrigger):
                         yield self._event(ERROR, str(final))
                         return
         finally:
-            await poller.unsubscribe(self.job_id, queue)
+            await poller.unsubscribe(job_id, queue)
 
 
 # Cancels (of Slurm jobs) still going on after the trigger that started them was interrupted.

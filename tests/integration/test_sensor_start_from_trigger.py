@@ -16,6 +16,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from airflow.providers.common.compat.sdk import AirflowFailException
 
 from airflow_provider_slurmapi.api.jobs import JobSpec
 from airflow_provider_slurmapi.hooks.slurmapi import SlurmJobApiHook
@@ -114,3 +115,33 @@ def test_the_trigger_built_from_the_start_args_renders_and_waits_on_the_job(slur
     payload = asyncio.run(first_event())
     assert payload["status"] == "success"
     assert int(payload["job_id"]) == job_id and payload["job"]["state"].startswith("COMPLETED")
+
+
+def run_from_start_args(wait: SlurmJobSensor) -> dict[str, Any]:
+    """The event of the trigger the triggerer would build from the sensor's start arguments."""
+    args = start_args(wait)
+    module, _, name = args.trigger_cls.rpartition(".")
+    trigger = getattr(import_module(module), name)(**args.trigger_kwargs)
+
+    async def first_event() -> dict[str, Any]:
+        async for event in trigger.run():
+            return event.payload
+        raise AssertionError("the trigger ended without an event")
+
+    return asyncio.run(asyncio.wait_for(first_event(), 30))
+
+
+def test_a_job_id_that_never_existed_fails_the_sensor_after_its_grace(slurmapi_emulator):
+    wait = sensor(job_id=987654, poke_interval=0.2, unknown_job_grace=1)
+    event = run_from_start_args(wait)
+    assert event["status"] == "error"
+    with pytest.raises(AirflowFailException, match="Slurm job 987654 is unknown"):
+        wait.execute_complete({}, event)
+
+
+def test_a_missing_connection_is_the_sensors_error(slurmapi_emulator):
+    """Not Airflow's bare ``TaskDeferralError: Trigger failure`` with the cause in the triggerer's log."""
+    wait = sensor(job_id=1, poke_interval=0.2, slurmapi_conn_id="no_such_connection")
+    event = run_from_start_args(wait)
+    with pytest.raises(AirflowFailException, match="no_such_connection"):
+        wait.execute_complete({}, event)

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import time
+from typing import Any
 
 import pytest
 
 from airflow_provider_slurmapi.api.jobs import JobSpec
+from airflow_provider_slurmapi.api.watch import UNRECORDED_GRACE
 from airflow_provider_slurmapi.hooks.slurmapi import SlurmJobApiHook
 from airflow_provider_slurmapi.triggers.poller import SharedJobPoller
 from airflow_provider_slurmapi.triggers.slurmapi import SlurmJobTrigger
@@ -175,3 +177,83 @@ def test_the_poller_wakes_a_trigger_only_when_its_job_changed(hook, slurmapi_emu
 
     assert asyncio.run(watch()) == ["RUNNING", "CANCELLED"]
     assert SharedJobPoller.active() == []
+
+
+def bounded(trigger: SlurmJobTrigger, seconds: float = 30.0) -> dict:
+    """The trigger's first event, or a test failure (not a hang) when none comes within ``seconds``."""
+
+    async def wait() -> dict:
+        try:
+            return await asyncio.wait_for(first_event(trigger), seconds)
+        except asyncio.TimeoutError:
+            raise AssertionError(f"no event within {seconds}s from the trigger of job {trigger.job_id!r}") from None
+
+    return asyncio.run(wait())
+
+
+@pytest.mark.parametrize("bad", ["abc", "1;DELETE", "1.5"])
+def test_a_malformed_job_id_fails_its_own_trigger_only(hook, bad):
+    running = submit(hook, "#!/bin/bash\nsleep 1\n")
+
+    async def both() -> tuple[dict, dict]:
+        return await asyncio.gather(
+            first_event(SlurmJobTrigger(bad, poll_interval=0.2)),
+            first_event(SlurmJobTrigger(running, poll_interval=0.2)),
+        )
+
+    malformed, good = asyncio.run(asyncio.wait_for(both(), 30))
+    assert malformed["status"] == "error" and "is not a Slurm job id" in malformed["message"], malformed
+    assert good["status"] == "success", good  # the job sharing the poller was not failed with it
+    assert SharedJobPoller.active() == []
+
+
+def test_the_poller_fails_the_subscribers_of_a_malformed_id_only(hook):
+    """Whoever subscribes a bad id directly (not through the trigger, which checks first)."""
+    job = submit(hook, "#!/bin/bash\nsleep 30\n")
+
+    async def tick() -> tuple[Any, Any]:
+        client = await hook.get_async_conn()
+        poller = SharedJobPoller.get("test-bad-id", 3600.0, lambda: client)
+        bad, good = poller.subscribe("1;DELETE"), poller.subscribe(job)
+        await poller.tick()
+        seen = bad.get_nowait(), good.get_nowait()
+        await poller.unsubscribe("1;DELETE", bad)
+        await poller.unsubscribe(job, good)
+        return seen
+
+    bad, good = asyncio.run(tick())
+    assert bad.error is not None and bad.error.field == "job_id"
+    assert good.error is None and good.state is not None and good.state.base in ("PENDING", "RUNNING")
+    assert SharedJobPoller.active() == []
+
+
+@pytest.mark.parametrize("spelling", ["0{}", " {}", "{}\n"])
+@pytest.mark.parametrize("coalesce", [True, False])
+def test_a_non_canonical_spelling_of_a_real_id_ends(hook, spelling, coalesce):
+    job = submit(hook, "#!/bin/bash\necho ok\n")
+    event = bounded(SlurmJobTrigger(spelling.format(job), poll_interval=0.2, coalesce=coalesce))
+    assert event["status"] == "success", event
+    assert event["job"]["job_id"] == job
+    assert SharedJobPoller.active() == []
+
+
+@pytest.mark.parametrize("coalesce", [True, False])
+def test_an_unknown_job_id_ends_after_its_grace(hook, coalesce):
+    submit(hook, "#!/bin/bash\ntrue\n")  # a real job on the cluster; the trigger waits on another id
+    start = time.monotonic()
+    event = bounded(SlurmJobTrigger(987654, poll_interval=0.2, coalesce=coalesce, unknown_job_grace=1))
+    assert event["status"] == "error", event
+    assert "Slurm job 987654 is unknown" in event["message"] and "Check the job id" in event["message"]
+    assert 1 <= time.monotonic() - start < 20
+    assert SharedJobPoller.active() == []
+
+
+def test_the_operators_own_job_keeps_the_long_grace():
+    """Its job was just submitted: slurmdbd may lag, so the trigger it defers to waits 600 s (the sensor 120 s)."""
+    assert SlurmJobTrigger(5).unknown_job_grace == UNRECORDED_GRACE == 600
+
+
+def test_a_missing_connection_is_named_in_the_event(slurmapi_emulator):
+    event = bounded(SlurmJobTrigger(1, slurmapi_conn_id="no_such_connection", poll_interval=0.2))
+    assert event["status"] == "error", event
+    assert "no_such_connection" in event["message"] and "Could not read connection" in event["message"], event

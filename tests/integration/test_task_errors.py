@@ -1,0 +1,38 @@
+"""A task that fails says why where the user looks first, and nothing else at error level."""
+
+from __future__ import annotations
+
+import pytest
+
+from airflow_provider_slurmapi.version_compat import AIRFLOW_V_3_0_PLUS
+from tests.integration.test_operators import run, state
+
+pytestmark = pytest.mark.usefixtures("airflow_db")
+
+
+def test_a_failure_before_the_submit_logs_no_missing_link(slurmapi_emulator, capfd):
+    """Airflow 3 reads the task's extra links as it ends: a task that failed before its job was known
+    had stored no link, and the SDK logged ``XCom not found ... key=slurm_job_link`` at error level."""
+    _, tis = run("submit_no_cwd")
+    out, err = capfd.readouterr()
+    assert state(tis["train"]) == "failed"
+    assert "current_working_directory" in out + err  # the real cause is in the log
+    assert "XCom not found" not in out + err and "slurm_job_link" not in out + err
+
+
+@pytest.mark.parametrize("deferrable", [False, True])
+def test_the_link_is_the_stored_one(slurmapi_emulator, deferrable):
+    """Airflow 3 keeps the link it reads as the task ends: known in the process that stored it (no XCom
+    read), read from XCom by a task resumed after deferring. Airflow 2 reads it in the web server, from
+    an operator that never ran (the XCom)."""
+    from airflow_provider_slurmapi.links.slurmapi import SlurmJobLink
+
+    _, tis = run(f"submit_wait_{deferrable}")
+    ti = tis["train"]
+    stored = ti.xcom_pull(task_ids="train", key="slurm_job_link")
+    assert stored["job_id"] == str(ti.xcom_pull(task_ids="train"))
+    if AIRFLOW_V_3_0_PLUS:  # the provider's job page (Airflow 2 has none: no URL without a template)
+        assert stored["url"]
+        assert ti.xcom_pull(task_ids="train", key=SlurmJobLink().xcom_key) == stored["url"]
+    else:
+        assert SlurmJobLink().get_link(object(), ti_key=ti.key) == stored["url"]
