@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from backends import BACKENDS, Backend, emulator_backend, real_backend
 from slurm_cluster import RealSlurm, Recorder, load_env_file
 
 HERE = Path(__file__).resolve().parent
@@ -127,3 +128,16 @@ def real_slurm() -> Iterator[RealSlurm]:
                 timeout=300,
                 check=False,
             )
+
+
+@pytest.fixture(scope="module", params=BACKENDS)
+def backend(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Backend]:
+    """The scenario's cluster: the emulator, then real Slurm (``backends.py``); the same test code on both."""
+    if request.param == "real":
+        made, emu = real_backend(request.getfixturevalue("real_slurm"), tmp_path_factory)
+    else:
+        made, emu = emulator_backend(tmp_path_factory)
+    try:
+        yield made
+    finally:
+        emu.stop()

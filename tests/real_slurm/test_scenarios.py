@@ -31,7 +31,7 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
-from backends import BACKENDS, Backend, emulator_backend, real_backend
+from backends import Backend
 
 from airflow_provider_slurmapi.api.errors import GoogleApiError, SlurmJobApiError
 from airflow_provider_slurmapi.api.reattach import SubmitOutcomeUnknownError, TaskIdentity, TaskTry
@@ -40,18 +40,6 @@ from airflow_provider_slurmapi.hooks.slurmapi import SlurmJobApiHook
 pytestmark = pytest.mark.timeout(600)
 SLEEP = "#!/bin/bash\nsleep 300\n"
 QUICK = "#!/bin/bash\necho done\n"
-
-
-@pytest.fixture(scope="module", params=BACKENDS)
-def backend(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Backend]:
-    if request.param == "real":
-        made, emu = real_backend(request.getfixturevalue("real_slurm"), tmp_path_factory)
-    else:
-        made, emu = emulator_backend(tmp_path_factory)
-    try:
-        yield made
-    finally:
-        emu.stop()
 
 
 @pytest.fixture

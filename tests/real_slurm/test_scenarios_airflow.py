@@ -8,12 +8,11 @@ queue and accounting. Either way accounting alone knows the earlier job, by its 
 from __future__ import annotations
 
 import importlib.util
-from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 
 import pytest
-from backends import BACKENDS, Backend, emulator_backend, real_backend
+from backends import Backend
 
 from airflow_provider_slurmapi.api.reattach import TaskIdentity
 
@@ -30,18 +29,6 @@ def load(path: Path) -> ModuleType:
 
 
 DAGS = load(ROOT / "tests" / "dags" / "slurm_scenario_dags.py").DAGS
-
-
-@pytest.fixture(scope="module", params=BACKENDS)
-def backend(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Backend]:
-    if request.param == "real":
-        made, emu = real_backend(request.getfixturevalue("real_slurm"), tmp_path_factory)
-    else:
-        made, emu = emulator_backend(tmp_path_factory)
-    try:
-        yield made
-    finally:
-        emu.stop()
 
 
 def run(backend: Backend, monkeypatch: pytest.MonkeyPatch, dag_id: str):
