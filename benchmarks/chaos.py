@@ -272,20 +272,20 @@ def run_chaos(
 
 def _ti_digest(ti: Any) -> str:
     """The digest that ends the names of the task instance's jobs."""
-    from airflow_provider_slurmapi.api.reattach import TaskIdentity
+    from airflow_provider_slurmapi.api.identity import TaskIdentity
 
     return TaskIdentity.of(ti.dag_id, ti.task_id, ti.run_id, ti.map_index).digest
 
 
 def _tags_by_digest(tis: list[Any]) -> dict[str, str]:
     """Each task instance's tag, keyed by the digest that ends its jobs' names."""
-    from airflow_provider_slurmapi.api.reattach import task_instance_tag
+    from airflow_provider_slurmapi.api.identity import task_instance_tag
 
     return {_ti_digest(ti): task_instance_tag(ti.dag_id, ti.task_id, ti.run_id, ti.map_index) for ti in tis}
 
 
 def _digest(name: str) -> str | None:
-    from airflow_provider_slurmapi.api.reattach import name_identity
+    from airflow_provider_slurmapi.api.identity import name_identity
 
     found = name_identity(name)
     return found[0] if found is not None else None

@@ -31,8 +31,9 @@ from airflow_provider_slurmapi.api.errors import (
     format_messages,
 )
 from airflow_provider_slurmapi.api.fields import DEFAULT_TIMEOUT
+from airflow_provider_slurmapi.api.identity import TaskIdentity
 from airflow_provider_slurmapi.api.jobs import JobSpec, JobState, SlurmJob
-from airflow_provider_slurmapi.api.reattach import SubmitOutcome, TaskIdentity, submit_once
+from airflow_provider_slurmapi.api.reattach import SubmitOutcome, submit_once
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

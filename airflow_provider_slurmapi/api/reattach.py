@@ -21,9 +21,7 @@ The ``comment`` still carries the readable tag ``airflow-ti:<dag>/<task>/<run>/<
 
 from __future__ import annotations
 
-import hashlib
 import logging
-import re
 from dataclasses import dataclass, field
 
 from airflow_provider_slurmapi.api import versions
@@ -35,129 +33,11 @@ from airflow_provider_slurmapi.api.errors import (
     SlurmMessage,
     fate_unknown,
 )
+from airflow_provider_slurmapi.api.identity import TaskIdentity
 from airflow_provider_slurmapi.api.jobs import JobSpec, SlurmArrayJob, SlurmJob
 from airflow_provider_slurmapi.api.operations import Operation, _records, cancel_job, get_job, submit_job
 
 log = logging.getLogger(__name__)
-TAG_PREFIX = "airflow-ti:"
-_MAX_TAG = 240
-# slurmdbd stores a job name in a TINYTEXT (255 bytes); squeue and sacct show the start of it.
-MAX_JOB_NAME = 200
-_IDENTITY = re.compile(r"~af([0-9a-f]{12})r([1-9][0-9]{0,8})")
-# What a name may hold so that accounting's job_name filter (a CSV list) and the shell read it as written.
-_NAME_UNSAFE = re.compile(r"[^A-Za-z0-9_.:+@=-]")
-
-
-def task_instance_tag(dag_id: str, task_id: str, run_id: str, map_index: int = -1) -> str:
-    """A readable tag of one task instance (all its tries share it), for the job's comment."""
-    tag = f"{TAG_PREFIX}{dag_id}/{task_id}/{run_id}/{map_index}"
-    if len(tag) > _MAX_TAG:
-        digest = hashlib.sha256(tag.encode()).hexdigest()[:32]
-        tag = f"{TAG_PREFIX}{dag_id[:80]}/{task_id[:80]}/sha256:{digest}"
-    return tag
-
-
-_TRY = re.compile(r"try:([1-9][0-9]{0,8})")
-
-
-def tagged_comment(tag: str, comment: str | None, try_number: int | None = None) -> str:
-    """The job comment: ``tag`` first, then ``try:<n>`` (when known), then the user's own comment."""
-    head = f"{tag} try:{try_number}" if try_number is not None else tag
-    return f"{head} {comment}" if comment else head
-
-
-def split_comment(comment: str) -> tuple[str | None, int | None, str]:
-    """A comment's task-instance tag, the try that submitted the job, and the user's own comment."""
-    if not comment.startswith(TAG_PREFIX):
-        return None, None, comment
-    tag, _, rest = comment.partition(" ")
-    first, _, after = rest.partition(" ")
-    match = _TRY.fullmatch(first)
-    if match is None:
-        return tag, None, rest
-    return tag, int(match.group(1)), after
-
-
-@dataclass(frozen=True)
-class TaskTry:
-    """Which try of a task instance is submitting, and where its current run of tries began.
-
-    :param number: this try's number (Airflow's ``ti.try_number``, from 1).
-    :param run_start: the first try since the task instance was last cleared (1 if never cleared).
-        Airflow raises ``max_tries`` to ``try_number + retries`` when it clears a task instance, so
-        this is ``max_tries - retries + 1``, the same figure Airflow's sensors use for their first
-        reschedule. Jobs of tries before it belong to an earlier run and are never reattached.
-    """
-
-    number: int
-    run_start: int = 1
-
-    @classmethod
-    def of(cls, try_number: object, max_tries: object, retries: object) -> TaskTry:
-        """From a task instance's ``try_number``/``max_tries`` and the task's ``retries``, as Airflow keeps them."""
-        number = _positive(try_number, 1)
-        start = _positive(max_tries, 0) - _positive(retries, 0) + 1 if max_tries is not None else 1
-        return cls(number, min(max(start, 1), number))
-
-    @property
-    def starts_a_run(self) -> bool:
-        """No earlier try of this run can have submitted a job."""
-        return self.number <= self.run_start
-
-
-def _positive(value: object, default: int) -> int:
-    try:
-        number = int(value)  # type: ignore[call-overload]
-    except (TypeError, ValueError):
-        return default
-    return number if number >= 0 else default
-
-
-@dataclass(frozen=True)
-class TaskIdentity:
-    """A task instance and the run of its tries that submits, as the end of its jobs' names says.
-
-    Build it with :meth:`of`; :meth:`job_name` gives the name to submit, :meth:`run_of` reads a job's.
-    """
-
-    digest: str
-    task_try: TaskTry = field(default_factory=lambda: TaskTry(1))
-
-    @classmethod
-    def of(
-        cls, dag_id: str, task_id: str, run_id: str, map_index: int = -1, task_try: TaskTry | None = None
-    ) -> TaskIdentity:
-        key = f"{dag_id}/{task_id}/{run_id}/{map_index}".encode()
-        return cls(hashlib.sha256(key).hexdigest()[:12], task_try or TaskTry(1))
-
-    @property
-    def run(self) -> int:
-        return self.task_try.run_start
-
-    @property
-    def suffix(self) -> str:
-        return f"~af{self.digest}r{self.run}"
-
-    def job_name(self, base: str) -> str:
-        """``base`` made safe (characters outside ``[A-Za-z0-9_.:+@=-]`` become ``_``), cut, then the suffix."""
-        safe = _NAME_UNSAFE.sub("_", base)[: MAX_JOB_NAME - len(self.suffix)]
-        return safe + self.suffix
-
-    def run_of(self, job: SlurmJob) -> int | None:
-        """The run of this task instance that submitted ``job``; None for a job of another task instance."""
-        found = name_identity(job.name)
-        return found[1] if found is not None and found[0] == self.digest else None
-
-    def this_run(self, job: SlurmJob) -> bool:
-        return self.run_of(job) == self.run
-
-
-def name_identity(name: str) -> tuple[str, int] | None:
-    """The ``(digest, run)`` a job name ends with (see :class:`TaskIdentity`), or None."""
-    match = _IDENTITY.search(name)
-    if match is None or match.end() != len(name):
-        return None
-    return match.group(1), int(match.group(2))
 
 
 @dataclass

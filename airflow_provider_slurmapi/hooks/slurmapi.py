@@ -19,8 +19,9 @@ if TYPE_CHECKING:
     from airflow_provider_slurmapi.api import operations as ops
     from airflow_provider_slurmapi.api.client import AsyncSlurmJobApiClient, SlurmJobApiClient
     from airflow_provider_slurmapi.api.connection import ConnectionSettings
+    from airflow_provider_slurmapi.api.identity import TaskIdentity
     from airflow_provider_slurmapi.api.jobs import JobSpec, SlurmJob
-    from airflow_provider_slurmapi.api.reattach import SubmitOutcome, TaskIdentity
+    from airflow_provider_slurmapi.api.reattach import SubmitOutcome
 
 
 def default_deferrable() -> bool:

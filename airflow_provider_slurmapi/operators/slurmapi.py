@@ -38,8 +38,8 @@ from airflow_provider_slurmapi.version_compat import AIRFLOW_V_3_0_PLUS
 if TYPE_CHECKING:
     # Loaded at execute time (the job model, the reattach rules, the wait): a DAG file that imports
     # the operators does not pay for them.
+    from airflow_provider_slurmapi.api.identity import TaskIdentity, TaskTry
     from airflow_provider_slurmapi.api.jobs import JobSpec, SlurmJob
-    from airflow_provider_slurmapi.api.reattach import TaskIdentity, TaskTry
 
 XCOM_JOB_ID = "slurm_job_id"
 XCOM_JOB = "slurm_job"
@@ -257,13 +257,13 @@ class SlurmSubmitJobOperator(BaseOperator):
         """The task-instance tag this operator puts in the job's ``comment``."""
         ti = context["ti"]
         map_index = getattr(ti, "map_index", -1)
-        from airflow_provider_slurmapi.api.reattach import task_instance_tag
+        from airflow_provider_slurmapi.api.identity import task_instance_tag
 
         return task_instance_tag(ti.dag_id, ti.task_id, ti.run_id, -1 if map_index is None else map_index)
 
     def identity(self, context: Any) -> TaskIdentity:
         """This task instance and run of tries, as the end of its jobs' names says (see ``TaskIdentity``)."""
-        from airflow_provider_slurmapi.api.reattach import TaskIdentity
+        from airflow_provider_slurmapi.api.identity import TaskIdentity
 
         ti = context["ti"]
         map_index = getattr(ti, "map_index", -1)
@@ -272,8 +272,8 @@ class SlurmSubmitJobOperator(BaseOperator):
         )
 
     def build_spec(self, context: Any) -> JobSpec:
+        from airflow_provider_slurmapi.api.identity import tagged_comment
         from airflow_provider_slurmapi.api.jobs import JobSpec
-        from airflow_provider_slurmapi.api.reattach import tagged_comment
 
         ti = context["ti"]
         fields = self.job_fields(ti.dag_id, ti.task_id)
@@ -289,7 +289,7 @@ class SlurmSubmitJobOperator(BaseOperator):
 
     def task_try(self, context: Any) -> TaskTry:
         """This try, and the first try since the task instance was last cleared (see ``TaskTry``)."""
-        from airflow_provider_slurmapi.api.reattach import TaskTry
+        from airflow_provider_slurmapi.api.identity import TaskTry
 
         ti = context["ti"]
         return TaskTry.of(getattr(ti, "try_number", 1), getattr(ti, "max_tries", None), self.retries)

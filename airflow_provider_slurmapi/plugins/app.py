@@ -41,11 +41,12 @@ from airflow_provider_slurmapi.api import operations as ops
 from airflow_provider_slurmapi.api.client import RetryPolicy
 from airflow_provider_slurmapi.api.connection import ConnectionSettings
 from airflow_provider_slurmapi.api.errors import SlurmApiError, SlurmJobApiError, SlurmJobNotFoundError
+from airflow_provider_slurmapi.api.identity import TaskRef, parse_tag
 from airflow_provider_slurmapi.api.jobs import SlurmJob
 from airflow_provider_slurmapi.api.versions import check_job_id
 from airflow_provider_slurmapi.hooks.slurmapi import SlurmJobApiHook
 from airflow_provider_slurmapi.plugins import render
-from airflow_provider_slurmapi.plugins.job_view import JobView, TaskRef, listed, merge_listing, parse_tag
+from airflow_provider_slurmapi.plugins.job_view import JobView, listed, merge_listing
 from airflow_provider_slurmapi.plugins.urls import DEFAULT_CONN_ID, base_path
 
 log = logging.getLogger(__name__)

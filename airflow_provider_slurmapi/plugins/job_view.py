@@ -17,11 +17,9 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 from urllib.parse import quote
 
+from airflow_provider_slurmapi.api.identity import TaskRef, parse_tag, split_comment
 from airflow_provider_slurmapi.api.jobs import SlurmJob
-from airflow_provider_slurmapi.api.reattach import TAG_PREFIX, split_comment
 
-# task_instance_tag() cuts a long dag_id to this many characters in its hashed form.
-_HASHED_DAG_ID_CHARS = 80
 _STATE_CLASSES = {
     "COMPLETED": "ok",
     "RUNNING": "running",
@@ -32,54 +30,16 @@ _STATE_CLASSES = {
 }
 
 
-@dataclass(frozen=True)
-class TaskRef:
-    """The task instance a job's tag names.
-
-    ``run_id``/``map_index`` are None for the hashed form of a long tag; ``dag_id_exact`` is False when
-    that form may have cut the dag_id short (then it cannot be used to check access).
-    """
-
-    dag_id: str
-    task_id: str
-    run_id: str | None
-    map_index: int | None
-    tag: str
-    dag_id_exact: bool = True
-
-    def task_url(self, ui_root: str = "/") -> str:
-        """The task instance in the Airflow 3 UI (the task's overview when the run is unknown)."""
-        root = ui_root if ui_root.endswith("/") else ui_root + "/"
-        dag, task = quote(self.dag_id, safe=""), quote(self.task_id, safe="")
-        if self.run_id is None:
-            return f"{root}dags/{dag}/tasks/{task}"
-        url = f"{root}dags/{dag}/runs/{quote(self.run_id, safe='')}/tasks/{task}"
-        if self.map_index is not None and self.map_index >= 0:
-            url += f"/mapped/{self.map_index}"
-        return url
-
-
-def parse_tag(comment: str) -> TaskRef | None:
-    """The task instance named by the tag at the start of a job's comment; None without a tag."""
-    if not comment or not comment.startswith(TAG_PREFIX):
-        return None
-    tag = comment.split(" ", 1)[0]
-    parts = tag[len(TAG_PREFIX) :].split("/")
-    if any(not p for p in parts[:2]):
-        return None
-    if len(parts) == 3 and parts[2].startswith("sha256:"):
-        exact = len(parts[0]) < _HASHED_DAG_ID_CHARS
-        return TaskRef(parts[0], parts[1], None, None, tag=tag, dag_id_exact=exact)
-    if len(parts) < 4:
-        return None
-    try:
-        map_index = int(parts[-1])
-    except ValueError:
-        return None
-    run_id = "/".join(parts[2:-1])
-    if not run_id or map_index < -1:
-        return None
-    return TaskRef(parts[0], parts[1], run_id, map_index, tag=tag)
+def task_url(ref: TaskRef, ui_root: str = "/") -> str:
+    """The task instance in the Airflow 3 UI (the task's overview when the run is unknown)."""
+    root = ui_root if ui_root.endswith("/") else ui_root + "/"
+    dag, task = quote(ref.dag_id, safe=""), quote(ref.task_id, safe="")
+    if ref.run_id is None:
+        return f"{root}dags/{dag}/tasks/{task}"
+    url = f"{root}dags/{dag}/runs/{quote(ref.run_id, safe='')}/tasks/{task}"
+    if ref.map_index is not None and ref.map_index >= 0:
+        url += f"/mapped/{ref.map_index}"
+    return url
 
 
 def user_comment(comment: str) -> str:

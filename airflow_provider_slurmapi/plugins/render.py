@@ -8,7 +8,7 @@ from typing import Any
 
 from jinja2 import Environment, PackageLoader, select_autoescape
 
-from airflow_provider_slurmapi.plugins.job_view import JobView, ListedJob
+from airflow_provider_slurmapi.plugins.job_view import JobView, ListedJob, task_url
 
 # Seconds between reloads of a page showing a job that is still queued or running.
 LIVE_REFRESH_SECONDS = 5
@@ -16,12 +16,14 @@ LIVE_REFRESH_SECONDS = 5
 
 @cache
 def _env() -> Environment:
-    return Environment(
+    env = Environment(
         loader=PackageLoader("airflow_provider_slurmapi.plugins", "templates"),
         autoescape=select_autoescape(default=True, default_for_string=True),
         trim_blocks=True,
         lstrip_blocks=True,
     )
+    env.globals["task_url"] = task_url
+    return env
 
 
 def _now() -> str:
@@ -40,7 +42,7 @@ def render_job_page(
         pages_root=pages_root,
         ui_root=ui_root,
         list_url=list_url,
-        task_url=view.ref.task_url(ui_root) if view.ref else None,
+        task_url=task_url(view.ref, ui_root) if view.ref else None,
         refresh=LIVE_REFRESH_SECONDS if view.live else None,
         notes=notes or [],
         rendered_at=_now(),

@@ -34,7 +34,8 @@ import pytest
 from backends import Backend
 
 from airflow_provider_slurmapi.api.errors import GoogleApiError, SlurmJobApiError
-from airflow_provider_slurmapi.api.reattach import SubmitOutcomeUnknownError, TaskIdentity, TaskTry
+from airflow_provider_slurmapi.api.identity import TaskIdentity, TaskTry
+from airflow_provider_slurmapi.api.reattach import SubmitOutcomeUnknownError
 from airflow_provider_slurmapi.hooks.slurmapi import SlurmJobApiHook
 
 pytestmark = pytest.mark.timeout(600)

@@ -14,7 +14,7 @@ from types import ModuleType
 import pytest
 from backends import Backend
 
-from airflow_provider_slurmapi.api.reattach import TaskIdentity
+from airflow_provider_slurmapi.api.identity import TaskIdentity
 
 pytestmark = [pytest.mark.usefixtures("airflow_db"), pytest.mark.timeout(900)]
 ROOT = Path(__file__).resolve().parents[2]

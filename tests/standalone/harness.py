@@ -181,7 +181,7 @@ class EmulatorProcess:
 
         Found by the identity at the end of their names, which accounting keeps (it keeps no comment).
         """
-        from airflow_provider_slurmapi.api.reattach import TaskIdentity
+        from airflow_provider_slurmapi.api.identity import TaskIdentity
 
         identity = TaskIdentity.of(dag_id, task_id, run_id, map_index)
         with self.client() as client:

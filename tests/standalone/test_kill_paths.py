@@ -25,8 +25,8 @@ from typing import Any
 
 import pytest
 
+from airflow_provider_slurmapi.api.identity import task_instance_tag
 from airflow_provider_slurmapi.api.jobs import SlurmJob
-from airflow_provider_slurmapi.api.reattach import task_instance_tag
 from tests.standalone.dags.kill_path_dags import TIMEOUT_SECONDS, WORKDIR
 from tests.standalone.harness import EmulatorProcess, Standalone, wait_for
 

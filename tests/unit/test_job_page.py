@@ -13,15 +13,15 @@ import pytest
 
 from airflow_provider_slurmapi.api.envelope import SlurmReply
 from airflow_provider_slurmapi.api.errors import SlurmApiError, SlurmJobNotFoundError
+from airflow_provider_slurmapi.api.identity import parse_tag, tagged_comment, task_instance_tag
 from airflow_provider_slurmapi.api.jobs import SlurmJob
-from airflow_provider_slurmapi.api.reattach import tagged_comment, task_instance_tag
 from airflow_provider_slurmapi.plugins import urls
 from airflow_provider_slurmapi.plugins.job_view import (
     JobView,
     Resources,
     format_duration,
     merge_listing,
-    parse_tag,
+    task_url,
     user_comment,
 )
 from airflow_provider_slurmapi.plugins.slurm_job_page import SlurmJobPagePlugin, pages_available
@@ -69,8 +69,8 @@ def test_tag_round_trips_with_the_operator_tag():
 def test_mapped_task_links_to_its_map_index():
     ref = parse_tag(task_instance_tag("d", "t", "r/with/slashes", 3))
     assert ref is not None and ref.run_id == "r/with/slashes" and ref.map_index == 3
-    assert ref.task_url("/") == "/dags/d/runs/r%2Fwith%2Fslashes/tasks/t/mapped/3"
-    assert parse_tag(TAG).task_url("/airflow") == (  # type: ignore[union-attr]
+    assert task_url(ref, "/") == "/dags/d/runs/r%2Fwith%2Fslashes/tasks/t/mapped/3"
+    assert task_url(parse_tag(TAG), "/airflow") == (  # type: ignore[arg-type]
         "/airflow/dags/train_dag/runs/manual__2026-01-01T00%3A00%3A00%2B00%3A00/tasks/train"
     )
 
@@ -78,7 +78,7 @@ def test_mapped_task_links_to_its_map_index():
 def test_hashed_tag_names_the_dag_only_when_it_was_not_cut():
     short = parse_tag(task_instance_tag("d", "t" * 100, "r" * 200))
     assert short is not None and short.run_id is None and short.dag_id_exact and short.dag_id == "d"
-    assert short.task_url("/") == f"/dags/d/tasks/{'t' * 80}"
+    assert task_url(short, "/") == f"/dags/d/tasks/{'t' * 80}"
     cut = parse_tag(task_instance_tag("d" * 120, "t", "r" * 200))
     assert cut is not None and not cut.dag_id_exact
 

@@ -14,17 +14,16 @@ from airflow_provider_slurmapi.api.errors import (
     SlurmApiError,
     SlurmTransportError,
 )
-from airflow_provider_slurmapi.api.jobs import JobSpec
-from airflow_provider_slurmapi.api.reattach import (
+from airflow_provider_slurmapi.api.identity import (
     MAX_JOB_NAME,
-    SubmitOutcomeUnknownError,
     TaskIdentity,
     TaskTry,
     split_comment,
-    submit_once,
     tagged_comment,
     task_instance_tag,
 )
+from airflow_provider_slurmapi.api.jobs import JobSpec
+from airflow_provider_slurmapi.api.reattach import SubmitOutcomeUnknownError, submit_once
 from tests.fixtures import recorded, recorded_status
 
 V = "v0.0.42"
