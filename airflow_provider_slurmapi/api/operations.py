@@ -42,6 +42,8 @@ T = TypeVar("T")
 Operation = Generator[Call, SlurmReply, T]
 
 ERR_INVALID_JOB_ID = 2017
+# Ids per batched call (``jobs/state``, accounting's ``step`` filter): keeps URLs short.
+CHUNK = 500
 ERR_ALREADY_DONE = 2021
 
 
@@ -151,13 +153,13 @@ def _active_jobs(reply: SlurmReply, job_id: object, version: str) -> list[SlurmJ
     if reply.status == 404 or any(e.error_number == ERR_INVALID_JOB_ID for e in reply.errors):
         return []
     reply.raise_for_errors(f"read job {job_id}")
-    return [SlurmJob.from_job_info(r, version) for r in _records(reply)]
+    return [SlurmJob.from_job_info(r, version) for r in records(reply)]
 
 
 def _accounted_jobs(version: str, job_id: object) -> Operation[list[SlurmJob]]:
     reply = yield Call("GET", versions.slurmdb_job_path(version, job_id))
     reply.raise_for_errors(f"read job {job_id} from accounting (slurmdbd)")
-    return [SlurmJob.from_slurmdb(r, version) for r in _records(reply)]
+    return [SlurmJob.from_slurmdb(r, version) for r in records(reply)]
 
 
 def get_jobs(version: str, job_id: object) -> Operation[list[SlurmJob]]:
@@ -170,13 +172,13 @@ def get_jobs(version: str, job_id: object) -> Operation[list[SlurmJob]]:
 def list_jobs(version: str) -> Operation[list[SlurmJob]]:
     reply = yield Call("GET", versions.jobs_path(version))
     reply.raise_for_errors("list jobs")
-    return [SlurmJob.from_job_info(r, version) for r in _records(reply)]
+    return [SlurmJob.from_job_info(r, version) for r in records(reply)]
 
 
 def list_accounted_jobs(version: str, **filters: str) -> Operation[list[SlurmJob]]:
     reply = yield Call("GET", versions.slurmdb_jobs_path(version, **filters))
     reply.raise_for_errors("list jobs from accounting (slurmdbd)")
-    return [SlurmJob.from_slurmdb(r, version) for r in _records(reply)]
+    return [SlurmJob.from_slurmdb(r, version) for r in records(reply)]
 
 
 def job_states(version: str, job_ids: Iterable[object]) -> Operation[dict[str, JobState]]:
@@ -184,13 +186,41 @@ def job_states(version: str, job_ids: Iterable[object]) -> Operation[dict[str, J
     reply = yield Call("GET", versions.jobs_state_path(version, job_ids))
     reply.raise_for_errors("read job states")
     states: dict[str, JobState] = {}
-    for entry in _records(reply):
+    for entry in records(reply):
         job_id = entry.get("job_id")
         if isinstance(job_id, dict):
             job_id = job_id.get("number")
         if job_id is not None:
             states[str(job_id)] = JobState.parse(entry.get("state", entry.get("job_state")))
     return states
+
+
+def states_in_queue(version: str, job_ids: list[str]) -> Operation[dict[str, JobState]]:
+    """States of the jobs still in the active queue, in chunks of :data:`CHUNK` ids."""
+    states: dict[str, JobState] = {}
+    for start in range(0, len(job_ids), CHUNK):
+        states.update((yield from job_states(version, job_ids[start : start + CHUNK])))
+    return states
+
+
+def accounted_jobs(version: str, job_ids: list[str]) -> Operation[tuple[dict[str, SlurmJob], set[str]]]:
+    """Accounting's records of many jobs, batched with slurmdb's ``step`` filter.
+
+    Returns the plain jobs by id, and the ids that turned out to be arrays (their tasks' records).
+    """
+    jobs: dict[str, SlurmJob] = {}
+    arrays: set[str] = set()
+    for start in range(0, len(job_ids), CHUNK):
+        chunk = job_ids[start : start + CHUNK]
+        reply = yield Call("GET", versions.slurmdb_jobs_path(version, step=chunk))
+        reply.raise_for_errors("read finished jobs from accounting (slurmdbd)")
+        for record in records(reply):
+            job = SlurmJob.from_slurmdb(record, version)
+            if job.array_job_id:
+                arrays.add(str(job.array_job_id))
+            else:
+                jobs[str(job.job_id)] = job
+    return jobs, arrays & set(job_ids)
 
 
 def cancel_job(version: str, job_id: object) -> Operation[Cancelled]:
@@ -236,7 +266,7 @@ def ping(version: str) -> Operation[Ping]:
     )
 
 
-def _records(reply: SlurmReply) -> list[Mapping[str, Any]]:
+def records(reply: SlurmReply) -> list[Mapping[str, Any]]:
     jobs = reply.body.get("jobs")
     if not isinstance(jobs, list):
         raise SlurmApiError(

@@ -24,8 +24,6 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 
-from airflow_provider_slurmapi.api import versions
-from airflow_provider_slurmapi.api.envelope import Call
 from airflow_provider_slurmapi.api.errors import (
     SlurmApiError,
     SlurmJobApiError,
@@ -35,7 +33,14 @@ from airflow_provider_slurmapi.api.errors import (
 )
 from airflow_provider_slurmapi.api.identity import TaskIdentity
 from airflow_provider_slurmapi.api.jobs import JobSpec, SlurmArrayJob, SlurmJob
-from airflow_provider_slurmapi.api.operations import Operation, _records, cancel_job, get_job, submit_job
+from airflow_provider_slurmapi.api.operations import (
+    Operation,
+    cancel_job,
+    get_job,
+    list_accounted_jobs,
+    list_jobs,
+    submit_job,
+)
 
 log = logging.getLogger(__name__)
 
@@ -66,15 +71,9 @@ def find_task_jobs(
     The active queue gives every run's jobs; accounting, searched by this run's exact ``name``, gives
     this run's jobs that have left the queue.
     """
-    reply = yield Call("GET", versions.jobs_path(version))
-    reply.raise_for_errors("list jobs to look for an earlier submit of this task")
-    queued = (SlurmJob.from_job_info(r, version) for r in _records(reply))
-    found = {j.job_id: j for j in queued if identity.run_of(j) is not None}
+    found = {j.job_id: j for j in (yield from list_jobs(version)) if identity.run_of(j) is not None}
     try:
-        reply = yield Call("GET", versions.slurmdb_jobs_path(version, job_name=name))
-        reply.raise_for_errors("list accounted jobs to look for an earlier submit of this task")
-        for record in _records(reply):
-            job = SlurmJob.from_slurmdb(record, version)
+        for job in (yield from list_accounted_jobs(version, job_name=name)):
             if identity.this_run(job):
                 found.setdefault(job.job_id, job)
     except SlurmApiError as err:

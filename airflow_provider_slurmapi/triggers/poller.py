@@ -25,13 +25,11 @@ from typing import Any
 
 from airflow_provider_slurmapi.api import versions
 from airflow_provider_slurmapi.api.client import AsyncSlurmJobApiClient
-from airflow_provider_slurmapi.api.envelope import Call
 from airflow_provider_slurmapi.api.errors import GoogleApiError, SlurmApiError, SlurmJobApiError, SlurmJobSpecError
 from airflow_provider_slurmapi.api.jobs import JobState, SlurmArrayJob, SlurmJob
-from airflow_provider_slurmapi.api.operations import Operation, _records, job_states
+from airflow_provider_slurmapi.api.operations import accounted_jobs, states_in_queue
 
 log = logging.getLogger(__name__)
-CHUNK = 500
 
 
 @dataclass
@@ -48,34 +46,6 @@ class Observation:
     # True when neither the queue nor accounting knows the job (yet): ``state`` is then a PENDING
     # placeholder, and the trigger decides how long an unknown id may stay so.
     unrecorded: bool = False
-
-
-def states_in_queue(version: str, job_ids: list[str]) -> Operation[dict[str, JobState]]:
-    """States of the jobs still in the active queue, in chunks of :data:`CHUNK` ids."""
-    states: dict[str, JobState] = {}
-    for start in range(0, len(job_ids), CHUNK):
-        states.update((yield from job_states(version, job_ids[start : start + CHUNK])))
-    return states
-
-
-def accounted_jobs(version: str, job_ids: list[str]) -> Operation[tuple[dict[str, SlurmJob], set[str]]]:
-    """Accounting's records of many jobs, batched with slurmdb's ``step`` filter.
-
-    Returns the plain jobs by id, and the ids that turned out to be arrays (their tasks' records).
-    """
-    jobs: dict[str, SlurmJob] = {}
-    arrays: set[str] = set()
-    for start in range(0, len(job_ids), CHUNK):
-        chunk = job_ids[start : start + CHUNK]
-        reply = yield Call("GET", versions.slurmdb_jobs_path(version, step=chunk))
-        reply.raise_for_errors("read finished jobs from accounting (slurmdbd)")
-        for record in _records(reply):
-            job = SlurmJob.from_slurmdb(record, version)
-            if job.array_job_id:
-                arrays.add(str(job.array_job_id))
-            else:
-                jobs[str(job.job_id)] = job
-    return jobs, arrays & set(job_ids)
 
 
 class SharedJobPoller:
