@@ -2,10 +2,12 @@
 
 Usable on its own from a notebook or a script::
 
-    from airflow_provider_slurmapi.api import ClusterRef, SlurmJobApiClient
+    from airflow_provider_slurmapi.api import ClusterRef, JobSpec, SlurmJobApiClient
 
-    client = SlurmJobApiClient(ClusterRef("my-project", "us-central1", "my-cluster"))
-    job_id = client.submit_job("#!/bin/bash\\necho hi", {"current_working_directory": "/home/me"})
+    with SlurmJobApiClient(ClusterRef("my-project", "us-central1", "my-cluster")) as client:
+        spec = JobSpec.build("#!/bin/bash\\necho hi", {"current_working_directory": "/home/me"})
+        job_id = client.submit_job(spec).job_id
+        print(client.get_job(job_id).state)
 """
 
 from __future__ import annotations

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from datetime import timedelta
 
 from airflow_provider_slurmapi.api.errors import SlurmJobApiError, SlurmJobFailedError, SlurmJobNotFoundError
 from airflow_provider_slurmapi.api.jobs import JobState, SlurmArrayJob, SlurmJob
@@ -18,13 +19,21 @@ MAX_TASKS_NAMED = 10
 UNRECORDED_GRACE = 600.0
 
 
-def format_duration(seconds: float | None) -> str:
-    if seconds is None:
-        return "?"
-    seconds = int(seconds)
-    hours, rest = divmod(seconds, 3600)
+def format_duration(value: timedelta | float | None, unknown: str = "?") -> str:
+    """``42s``, ``3m 05s``, ``2h 07m 00s``, ``3d 4h 10m`` (a timedelta or seconds); ``unknown`` for None."""
+    if value is None:
+        return unknown
+    seconds = max(0, int(value.total_seconds() if isinstance(value, timedelta) else value))
+    days, rest = divmod(seconds, 86400)
+    hours, rest = divmod(rest, 3600)
     minutes, secs = divmod(rest, 60)
-    return f"{hours}h{minutes:02d}m{secs:02d}s" if hours else f"{minutes}m{secs:02d}s"
+    if days:
+        return f"{days}d {hours}h {minutes:02d}m"
+    if hours:
+        return f"{hours}h {minutes:02d}m {secs:02d}s"
+    if minutes:
+        return f"{minutes}m {secs:02d}s"
+    return f"{secs}s"
 
 
 @dataclass

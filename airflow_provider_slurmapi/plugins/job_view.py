@@ -19,6 +19,7 @@ from urllib.parse import quote
 
 from airflow_provider_slurmapi.api.identity import TaskRef, parse_tag, split_comment
 from airflow_provider_slurmapi.api.jobs import SlurmJob
+from airflow_provider_slurmapi.api.watch import format_duration as watch_duration
 
 _STATE_CLASSES = {
     "COMPLETED": "ok",
@@ -48,20 +49,8 @@ def user_comment(comment: str) -> str:
 
 
 def format_duration(value: timedelta | None) -> str:
-    """``42s``, ``3m 05s``, ``2h 07m 00s``, ``3d 4h 10m``; an em dash when unknown."""
-    if value is None:
-        return "—"
-    seconds = max(0, int(value.total_seconds()))
-    days, rest = divmod(seconds, 86400)
-    hours, rest = divmod(rest, 3600)
-    minutes, secs = divmod(rest, 60)
-    if days:
-        return f"{days}d {hours}h {minutes:02d}m"
-    if hours:
-        return f"{hours}h {minutes:02d}m {secs:02d}s"
-    if minutes:
-        return f"{minutes}m {secs:02d}s"
-    return f"{secs}s"
+    """A duration as the page shows it (an em dash when unknown)."""
+    return watch_duration(value, unknown="—")
 
 
 def format_time(value: datetime | None) -> str:
