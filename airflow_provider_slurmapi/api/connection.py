@@ -18,7 +18,7 @@ from airflow_provider_slurmapi.api.client import RetryPolicy
 from airflow_provider_slurmapi.api.direct import SlurmrestdRef
 from airflow_provider_slurmapi.api.envelope import ClusterRef, is_loopback
 from airflow_provider_slurmapi.api.errors import SlurmJobSpecError
-from airflow_provider_slurmapi.api.fields import CONNECTION_FIELDS, DEFAULT_TIMEOUT
+from airflow_provider_slurmapi.api.fields import CONNECTION_FIELDS, DEFAULT_CONN_ID, DEFAULT_TIMEOUT
 
 _PREFIX = "extra__slurmapi__"
 
@@ -54,7 +54,7 @@ class ConnectionSettings:
 
 def settings_from_extra(
     extra: Mapping[str, Any],
-    conn_id: str = "slurmapi_default",
+    conn_id: str = DEFAULT_CONN_ID,
     *,
     login: str | None = None,
     password: str | None = None,

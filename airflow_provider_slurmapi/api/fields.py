@@ -9,6 +9,8 @@ from __future__ import annotations
 from typing import Any
 
 DEFAULT_TIMEOUT = 60.0
+# The connection id every hook, operator, sensor, trigger and page uses unless told otherwise.
+DEFAULT_CONN_ID = "slurmapi_default"
 # The Slurm REST version a connection uses when its extra names none (``api.versions`` re-exports it).
 DEFAULT_VERSION = "v0.0.42"
 

@@ -12,6 +12,8 @@ from types import TracebackType
 from typing import Any
 from urllib.parse import quote
 
+from airflow_provider_slurmapi.api.fields import DEFAULT_CONN_ID
+
 from .auth import TokenAuthority, new_service_account, write_keyfile
 from .cluster import Cluster
 from .faults import FaultInjector
@@ -215,7 +217,7 @@ class SlurmJobApiEmulator:
     def connection_uri(self, **overrides: Any) -> str:
         return "slurmapi://?__extra__=" + quote(json.dumps(self.connection_extra(**overrides)), safe="")
 
-    def airflow_env(self, conn_id: str = "slurmapi_default", **overrides: Any) -> dict[str, str]:
+    def airflow_env(self, conn_id: str = DEFAULT_CONN_ID, **overrides: Any) -> dict[str, str]:
         return {f"AIRFLOW_CONN_{conn_id.upper()}": self.connection_json(**overrides)}
 
     @property

@@ -10,7 +10,7 @@ from airflow.providers.common.compat.sdk import BaseHook
 
 from airflow_provider_slurmapi.api import checks
 from airflow_provider_slurmapi.api.errors import SlurmJobApiError, SlurmJobWaitTimeoutError
-from airflow_provider_slurmapi.api.fields import CONNECTION_FIELDS, SECRET_FIELDS, ui_field_behaviour
+from airflow_provider_slurmapi.api.fields import CONNECTION_FIELDS, DEFAULT_CONN_ID, SECRET_FIELDS, ui_field_behaviour
 from airflow_provider_slurmapi.api.states import DEFAULT_ERROR_BUDGET
 
 if TYPE_CHECKING:
@@ -39,7 +39,7 @@ class SlurmJobApiHook(BaseHook):
     """
 
     conn_name_attr = "slurmapi_conn_id"
-    default_conn_name = "slurmapi_default"
+    default_conn_name = DEFAULT_CONN_ID
     conn_type = "slurmapi"
     hook_name = "Slurm Job API (Google Cloud training cluster)"
 

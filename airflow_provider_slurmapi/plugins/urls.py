@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from urllib.parse import quote, urlencode, urlsplit
 
+from airflow_provider_slurmapi.api.fields import DEFAULT_CONN_ID
+
 # The plugin's FastAPI app is mounted here, under the Airflow API server.
 PAGES_PREFIX = "/slurmapi"
 # SlurmJobApiHook.default_conn_name, repeated so that this module imports nothing heavy.
-DEFAULT_CONN_ID = "slurmapi_default"
 
 
 def base_path(base_url: str) -> str:

@@ -12,6 +12,7 @@ from airflow_provider_slurmapi.api import checks, versions
 from airflow_provider_slurmapi.api.client import AsyncSlurmJobApiClient
 from airflow_provider_slurmapi.api.connection import ConnectionSettings
 from airflow_provider_slurmapi.api.errors import SlurmJobApiError, SlurmJobSpecError
+from airflow_provider_slurmapi.api.fields import DEFAULT_CONN_ID
 from airflow_provider_slurmapi.api.jobs import SlurmArrayJob, SlurmJob
 from airflow_provider_slurmapi.api.states import DEFAULT_ERROR_BUDGET
 from airflow_provider_slurmapi.api.watch import UNRECORDED_GRACE, Deadline, JobWatch, outcome_text
@@ -50,7 +51,7 @@ class SlurmJobTrigger(BaseTrigger):
     def __init__(
         self,
         job_id: int | str,
-        slurmapi_conn_id: str = "slurmapi_default",
+        slurmapi_conn_id: str = DEFAULT_CONN_ID,
         poll_interval: float = 30.0,
         deadline: float | None = None,
         target_states: Sequence[str] | None = None,
