@@ -81,7 +81,7 @@ def test_the_deferrable_gate_sensor_started_in_the_triggerer(standalone: Standal
     assert f"Slurm job {evaluate.job_id}: " in trigger_text  # the rendered id, watched in the triggerer
     assert f"Slurm job {evaluate.job_id}: " not in worker_text  # no first poke on a worker
     assert "Pausing task as DEFERRED" not in worker_text
-    assert f"Slurm job {evaluate.job_id} (example_slurm_training.evaluate) ended COMPLETED" in worker_text
+    assert f"Slurm job {evaluate.job_id} ({evaluate.name}) ended COMPLETED" in worker_text
     # the link is stored by that last step
     links = standalone.extra_links(training_run["dag_id"], training_run["run_id"], "evaluation_done")
     assert f"/jobs/{evaluate.job_id}" in (links.get("Slurm Job") or ""), links
