@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
-import threading
-from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -122,50 +119,6 @@ def settings_from_extra(
         return ConnectionSettings(cluster=cluster, auth=auth, **common)
     except SlurmJobSpecError as err:
         raise SlurmJobSpecError(f"connection {conn_id!r} field {err.field}", err.problem, err.fix) from None
-
-
-class SettingsCache:
-    """Checked settings per connection, per process, keyed on a digest of the connection's raw content.
-
-    A triggerer starting thousands of triggers on one connection reads the connection for each (so a
-    changed connection is seen by the next trigger) but parses and checks its extra once: the key is a
-    SHA-256 of the connection id, login, password and the extra exactly as the connection lookup returned
-    it, so any change to any of them is a miss. The key holds no secret in the clear; the values live only
-    in this process's memory, never in logs, reprs or trigger kwargs. Bounded (least recently used out).
-    """
-
-    def __init__(self, size: int = 64) -> None:
-        self.size = size
-        self._entries: OrderedDict[str, ConnectionSettings] = OrderedDict()
-        self._lock = threading.Lock()
-
-    @staticmethod
-    def key(conn_id: str, extra: str | Mapping[str, Any] | None, login: str | None, password: str | None) -> str:
-        """The digest of a connection's raw content (``extra`` as the lookup returned it: text or a dict)."""
-        raw = extra if isinstance(extra, str) or extra is None else json.dumps(extra, sort_keys=True, default=str)
-        return hashlib.sha256(json.dumps([conn_id, raw, login, password]).encode()).hexdigest()
-
-    def get(self, key: str) -> ConnectionSettings | None:
-        with self._lock:
-            settings = self._entries.get(key)
-            if settings is not None:
-                self._entries.move_to_end(key)
-            return settings
-
-    def put(self, key: str, settings: ConnectionSettings) -> ConnectionSettings:
-        with self._lock:
-            self._entries[key] = settings
-            self._entries.move_to_end(key)
-            while len(self._entries) > self.size:
-                self._entries.popitem(last=False)
-        return settings
-
-    def clear(self) -> None:
-        with self._lock:
-            self._entries.clear()
-
-
-SETTINGS_CACHE = SettingsCache()
 
 
 def _host(url: str) -> str:

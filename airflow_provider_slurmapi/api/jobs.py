@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import math
 import posixpath
 import re
@@ -25,18 +24,7 @@ class JobState:
 
     @classmethod
     def parse(cls, value: Any) -> JobState:
-        """From a v0.0.40+ list, or an older/slurmdb string such as ``"CANCELLED by 1000"``.
-
-        A cluster answers with a handful of distinct states, thousands of times per batched poll: the
-        parsed (immutable) states are cached by their raw value.
-        """
-        try:
-            return _parsed_state(tuple(value) if isinstance(value, list) else value)
-        except TypeError:  # an unhashable value (a malformed reply): parse it uncached
-            return cls._parse(value)
-
-    @classmethod
-    def _parse(cls, value: Any) -> JobState:
+        """From a v0.0.40+ list, or an older/slurmdb string such as ``"CANCELLED by 1000"``."""
         if isinstance(value, str):
             items = [value.split()[0]] if value.strip() else []
         elif isinstance(value, (list, tuple)):
@@ -69,11 +57,6 @@ class JobState:
 
     def __str__(self) -> str:
         return "+".join(self.as_list())
-
-
-@functools.lru_cache(maxsize=512)
-def _parsed_state(value: Any) -> JobState:
-    return JobState._parse(value)
 
 
 def number(value: Any) -> int | float | None:

@@ -55,11 +55,8 @@ class SlurmJobApiHook(BaseHook):
     def settings(self) -> ConnectionSettings:
         """The connection's checked settings (read once)."""
         if self._settings is None:
-            from airflow_provider_slurmapi.api.connection import SETTINGS_CACHE
-
             conn = self.get_connection(self.slurmapi_conn_id)
-            key = self._cache_key(conn)
-            self._settings = SETTINGS_CACHE.get(key) or SETTINGS_CACHE.put(key, self._parse(conn, conn.extra_dejson))
+            self._settings = self._parse(conn, conn.extra_dejson)
         return self._settings
 
     def get_conn(self) -> SlurmJobApiClient:
@@ -77,8 +74,7 @@ class SlurmJobApiHook(BaseHook):
     async def aget_settings(self) -> ConnectionSettings:
         """The connection's settings, read without blocking the event loop.
 
-        The connection is looked up every time (a changed connection is seen at once); its extra is
-        parsed and checked once per distinct content per process (``api.connection.SETTINGS_CACHE``).
+        Read once per hook (each trigger has its own), so a changed connection is seen by the next trigger.
         """
         if self._settings is None:
             from airflow.providers.common.compat.connection import (
@@ -86,22 +82,11 @@ class SlurmJobApiHook(BaseHook):
                 get_async_extra_dejson,
             )
 
-            from airflow_provider_slurmapi.api.connection import SETTINGS_CACHE
-
             conn = await get_async_connection(self.slurmapi_conn_id, self)
-            key = self._cache_key(conn)
-            settings = SETTINGS_CACHE.get(key)
-            if settings is None:
-                # The lookup has already masked the password and the extra's text; parsing the extra
-                # (a miss) also masks its sensitive values, which stay masked for the whole process.
-                settings = SETTINGS_CACHE.put(key, self._parse(conn, await get_async_extra_dejson(conn)))
-            self._settings = settings
+            # The lookup has already masked the password and the extra's text; parsing the extra also
+            # masks its sensitive values.
+            self._settings = self._parse(conn, await get_async_extra_dejson(conn))
         return self._settings
-
-    def _cache_key(self, conn: Any) -> str:
-        from airflow_provider_slurmapi.api.connection import SETTINGS_CACHE
-
-        return SETTINGS_CACHE.key(self.slurmapi_conn_id, conn.extra, conn.login, conn.password)
 
     def _parse(self, conn: Any, extra: Mapping[str, Any]) -> ConnectionSettings:
         from airflow_provider_slurmapi.api.connection import settings_from_extra

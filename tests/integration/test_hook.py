@@ -199,18 +199,12 @@ def test_bad_connections_name_the_field(extra, field):
     assert field in str(info.value) and "my_conn" in str(info.value)
 
 
-def test_settings_are_parsed_once_per_connection_content(slurmapi_emulator, monkeypatch):
-    from airflow_provider_slurmapi.api.connection import SETTINGS_CACHE
-
-    first = use_connection(monkeypatch, slurmapi_emulator, conn_id="slurmapi_cached", timeout=11)
-    again = SlurmJobApiHook(slurmapi_conn_id="slurmapi_cached")
-    assert asyncio.run(again.aget_settings()) is first.settings  # same content: parsed once
-    changed = use_connection(monkeypatch, slurmapi_emulator, conn_id="slurmapi_cached", timeout=12)
+def test_a_changed_connection_is_seen_by_the_next_hook(slurmapi_emulator, monkeypatch):
+    first = use_connection(monkeypatch, slurmapi_emulator, conn_id="slurmapi_changed", timeout=11)
+    assert first.settings.timeout == 11
+    changed = use_connection(monkeypatch, slurmapi_emulator, conn_id="slurmapi_changed", timeout=12)
     assert asyncio.run(changed.aget_settings()).timeout == 12
     assert changed.settings.timeout == 12
-    secret = use_connection(monkeypatch, slurmapi_emulator, conn_id="slurmapi_cached", slurm_jwt="s3cret-jwt")
-    assert secret.settings is not None
-    assert not any("s3cret-jwt" in key for key in SETTINGS_CACHE._entries)  # keys are digests
 
 
 def test_one_token_refresh_at_a_time(hook, slurmapi_emulator):
