@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from airflow_provider_slurmapi import __version__
+from airflow_provider_slurmapi.api.fields import CONNECTION_FIELDS, ui_field_behaviour
 
 _INTEGRATION = "Slurm Job API"
 _NUMERIC = {"timeout": "number"}
@@ -12,8 +13,6 @@ _FORMATS = {"keyfile_dict": "password", "endpoint": "url"}
 
 
 def _conn_fields() -> dict[str, Any]:
-    from airflow_provider_slurmapi.api.fields import CONNECTION_FIELDS
-
     fields: dict[str, Any] = {}
     for name, (label, description) in CONNECTION_FIELDS.items():
         schema: dict[str, Any] = {"type": [_NUMERIC.get(name, "string"), "null"]}
@@ -24,8 +23,6 @@ def _conn_fields() -> dict[str, Any]:
 
 
 def _ui_field_behaviour() -> dict[str, Any]:
-    from airflow_provider_slurmapi.api.fields import ui_field_behaviour
-
     behaviour = ui_field_behaviour()
     return {
         "hidden-fields": behaviour["hidden_fields"],

@@ -4,24 +4,21 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from airflow.providers.common.compat.sdk import BaseHook
 
 from airflow_provider_slurmapi.api import checks
+from airflow_provider_slurmapi.api import operations as ops
+from airflow_provider_slurmapi.api.client import AsyncSlurmJobApiClient, SlurmJobApiClient
+from airflow_provider_slurmapi.api.connection import ConnectionSettings, settings_from_extra
 from airflow_provider_slurmapi.api.errors import SlurmJobApiError, SlurmJobWaitTimeoutError
 from airflow_provider_slurmapi.api.fields import CONNECTION_FIELDS, DEFAULT_CONN_ID, SECRET_FIELDS, ui_field_behaviour
+from airflow_provider_slurmapi.api.identity import TaskIdentity
+from airflow_provider_slurmapi.api.jobs import JobSpec, SlurmJob
+from airflow_provider_slurmapi.api.reattach import SubmitOutcome
 from airflow_provider_slurmapi.api.states import DEFAULT_ERROR_BUDGET
-
-if TYPE_CHECKING:
-    # The clients and the connection parsing load only when a hook first talks to the API (execute
-    # time), not when a DAG file imports the operators.
-    from airflow_provider_slurmapi.api import operations as ops
-    from airflow_provider_slurmapi.api.client import AsyncSlurmJobApiClient, SlurmJobApiClient
-    from airflow_provider_slurmapi.api.connection import ConnectionSettings
-    from airflow_provider_slurmapi.api.identity import TaskIdentity
-    from airflow_provider_slurmapi.api.jobs import JobSpec, SlurmJob
-    from airflow_provider_slurmapi.api.reattach import SubmitOutcome
+from airflow_provider_slurmapi.api.watch import Deadline, JobWatch, outcome_text
 
 
 def default_deferrable() -> bool:
@@ -62,8 +59,6 @@ class SlurmJobApiHook(BaseHook):
     def get_conn(self) -> SlurmJobApiClient:
         """The blocking client, created once per hook."""
         if self._client is None:
-            from airflow_provider_slurmapi.api.client import SlurmJobApiClient
-
             self._client = SlurmJobApiClient(self.settings.cluster, **self._client_kwargs(self.settings))
         return self._client
 
@@ -89,14 +84,10 @@ class SlurmJobApiHook(BaseHook):
         return self._settings
 
     def _parse(self, conn: Any, extra: Mapping[str, Any]) -> ConnectionSettings:
-        from airflow_provider_slurmapi.api.connection import settings_from_extra
-
         return settings_from_extra(extra, self.slurmapi_conn_id, login=conn.login, password=conn.password)
 
     async def get_async_conn(self) -> AsyncSlurmJobApiClient:
         """A non-blocking client (the caller closes it with ``aclose``)."""
-        from airflow_provider_slurmapi.api.client import AsyncSlurmJobApiClient
-
         settings = await self.aget_settings()
         return AsyncSlurmJobApiClient(settings.cluster, **self._client_kwargs(settings))
 
@@ -108,8 +99,6 @@ class SlurmJobApiHook(BaseHook):
 
     def submit_job(self, script: str, job: Mapping[str, Any] | None = None) -> int:
         """Validate and submit a batch job; returns its Slurm job id. Slurm's warnings are logged."""
-        from airflow_provider_slurmapi.api.jobs import JobSpec
-
         return self.submit(JobSpec.build(script, job)).job_id
 
     def submit(self, spec: JobSpec) -> ops.Submitted:
@@ -196,7 +185,6 @@ class SlurmJobApiHook(BaseHook):
         :param on_poll: called with each job record seen.
         :param error_budget: consecutive failed polls (each already retried by the client) tolerated.
         """
-        from airflow_provider_slurmapi.api.watch import Deadline, JobWatch, outcome_text
 
         poll_interval = checks.seconds(poll_interval, "poll_interval")
         if timeout is not None:

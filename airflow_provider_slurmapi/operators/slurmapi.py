@@ -20,7 +20,7 @@ import re
 import time
 from collections.abc import Mapping, Sequence
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from airflow.providers.common.compat.sdk import AirflowException, AirflowFailException, BaseOperator, mask_secret
 
@@ -31,15 +31,13 @@ from airflow_provider_slurmapi.api.errors import (
     SlurmJobSpecError,
     SlurmRequestRejectedError,
 )
+from airflow_provider_slurmapi.api.identity import TaskIdentity, TaskTry, tagged_comment, task_instance_tag
+from airflow_provider_slurmapi.api.jobs import JobSpec, JobState, SlurmJob
+from airflow_provider_slurmapi.api.watch import failure_error, outcome_text
 from airflow_provider_slurmapi.hooks.slurmapi import SlurmJobApiHook, default_deferrable
 from airflow_provider_slurmapi.links.slurmapi import SlurmJobLink
+from airflow_provider_slurmapi.triggers.slurmapi import FAILED, SUCCESS, TIMEOUT, SlurmJobTrigger
 from airflow_provider_slurmapi.version_compat import AIRFLOW_V_3_0_PLUS
-
-if TYPE_CHECKING:
-    # Loaded at execute time (the job model, the reattach rules, the wait): a DAG file that imports
-    # the operators does not pay for them.
-    from airflow_provider_slurmapi.api.identity import TaskIdentity, TaskTry
-    from airflow_provider_slurmapi.api.jobs import JobSpec, SlurmJob
 
 XCOM_JOB_ID = "slurm_job_id"
 XCOM_JOB = "slurm_job"
@@ -55,12 +53,6 @@ class SlurmJobFailedNoRetry(AirflowFailException):
 
 # Where the operator records its job in Airflow 3.3's task_state_store (shared by the task's tries).
 STATE_STORE_KEY = "slurm_job_id"
-
-
-def _outcome_text(job: SlurmJob) -> str:
-    from airflow_provider_slurmapi.api.watch import outcome_text
-
-    return outcome_text(job)
 
 
 def _fail(error: SlurmJobApiError, *, retry_on_job_failure: bool) -> AirflowException:
@@ -257,14 +249,11 @@ class SlurmSubmitJobOperator(BaseOperator):
         """The task-instance tag this operator puts in the job's ``comment``."""
         ti = context["ti"]
         map_index = getattr(ti, "map_index", -1)
-        from airflow_provider_slurmapi.api.identity import task_instance_tag
 
         return task_instance_tag(ti.dag_id, ti.task_id, ti.run_id, -1 if map_index is None else map_index)
 
     def identity(self, context: Any) -> TaskIdentity:
         """This task instance and run of tries, as the end of its jobs' names says (see ``TaskIdentity``)."""
-        from airflow_provider_slurmapi.api.identity import TaskIdentity
-
         ti = context["ti"]
         map_index = getattr(ti, "map_index", -1)
         return TaskIdentity.of(
@@ -272,9 +261,6 @@ class SlurmSubmitJobOperator(BaseOperator):
         )
 
     def build_spec(self, context: Any) -> JobSpec:
-        from airflow_provider_slurmapi.api.identity import tagged_comment
-        from airflow_provider_slurmapi.api.jobs import JobSpec
-
         ti = context["ti"]
         fields = self.job_fields(ti.dag_id, ti.task_id)
         comment = fields.get("comment")
@@ -289,8 +275,6 @@ class SlurmSubmitJobOperator(BaseOperator):
 
     def task_try(self, context: Any) -> TaskTry:
         """This try, and the first try since the task instance was last cleared (see ``TaskTry``)."""
-        from airflow_provider_slurmapi.api.identity import TaskTry
-
         ti = context["ti"]
         return TaskTry.of(getattr(ti, "try_number", 1), getattr(ti, "max_tries", None), self.retries)
 
@@ -320,7 +304,7 @@ class SlurmSubmitJobOperator(BaseOperator):
         if not self.wait_for_completion:
             return self.job_id
         if outcome.job is not None and outcome.job.state.is_terminal:
-            self.log.info(_outcome_text(outcome.job))
+            self.log.info(outcome_text(outcome.job))
             return self._finish(context, outcome.job)
         if self.deferrable:
             self._defer(context, self.job_id)
@@ -368,8 +352,6 @@ class SlurmSubmitJobOperator(BaseOperator):
         return begin + seconds - margin
 
     def _defer(self, context: Any, job_id: int) -> None:
-        from airflow_provider_slurmapi.triggers.slurmapi import SlurmJobTrigger
-
         self.defer(
             trigger=SlurmJobTrigger(
                 job_id=job_id,
@@ -389,8 +371,6 @@ class SlurmSubmitJobOperator(BaseOperator):
         return self._finish(context, job)
 
     def _finish(self, context: Any, job: SlurmJob) -> int:
-        from airflow_provider_slurmapi.api.watch import failure_error
-
         context["ti"].xcom_push(key=XCOM_JOB, value=job.summary())
         if not job.state.is_success:
             raise _fail(failure_error(job), retry_on_job_failure=self.retry_on_job_failure)
@@ -398,8 +378,6 @@ class SlurmSubmitJobOperator(BaseOperator):
 
     def execute_complete(self, context: Any, event: dict[str, Any]) -> int:
         """Resume after the trigger's event."""
-        from airflow_provider_slurmapi.triggers.slurmapi import FAILED, SUCCESS, TIMEOUT
-
         job_id = int(event["job_id"])
         self.job_id = job_id
         summary = event.get("job")
@@ -415,8 +393,6 @@ class SlurmSubmitJobOperator(BaseOperator):
                 f"{event.get('message')}: execution_timeout reached, so Slurm job {job_id} was cancelled."
             )
         if status == FAILED and summary is not None:
-            from airflow_provider_slurmapi.api.jobs import JobState
-
             state = JobState.parse(str(summary.get("state", "")).split("+"))
             error = SlurmJobFailedError(str(event.get("message")), job=summary, retryable=state.is_retryable_failure)
             raise _fail(error, retry_on_job_failure=self.retry_on_job_failure)
@@ -488,5 +464,5 @@ class SlurmCancelJobOperator(BaseOperator):
             job = hook.wait_for_job(self.job_id, poll_interval=self.poll_interval)
         except SlurmJobApiError as err:
             raise _fail(err, retry_on_job_failure=False) from None
-        self.log.info(_outcome_text(job))
+        self.log.info(outcome_text(job))
         return job.summary()

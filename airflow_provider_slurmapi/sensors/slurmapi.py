@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable, Sequence
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from airflow.providers.common.compat.sdk import (
     AirflowFailException,
@@ -15,13 +15,13 @@ from airflow.providers.common.compat.sdk import (
 
 from airflow_provider_slurmapi.api import checks
 from airflow_provider_slurmapi.api.errors import SlurmJobApiError, SlurmJobNotFoundError, SlurmJobSpecError
+from airflow_provider_slurmapi.api.jobs import JobState
 from airflow_provider_slurmapi.api.states import TERMINAL_STATES, UNKNOWN_JOB_GRACE
+from airflow_provider_slurmapi.api.watch import outcome_text
 from airflow_provider_slurmapi.hooks.slurmapi import SlurmJobApiHook, default_deferrable
 from airflow_provider_slurmapi.links.slurmapi import SlurmJobLink
+from airflow_provider_slurmapi.triggers.slurmapi import ERROR, TIMEOUT, SlurmJobTrigger
 from airflow_provider_slurmapi.version_compat import AIRFLOW_V_3_3_PLUS
-
-if TYPE_CHECKING:
-    from airflow_provider_slurmapi.api.jobs import JobState
 
 TRIGGER_CLASSPATH = "airflow_provider_slurmapi.triggers.slurmapi.SlurmJobTrigger"
 
@@ -190,7 +190,6 @@ class SlurmJobSensor(BaseSensorOperator):
                 return False
             raise AirflowFailException(str(err)) from None
         self.log.info("%s: %s", job.label, job.describe_state())  # an array's id: every task's state
-        from airflow_provider_slurmapi.api.watch import outcome_text
 
         message = outcome_text(job) if job.state.is_terminal else f"{job.label} is {job.describe_state()}"
         return self._decide(job.state, message)
@@ -199,7 +198,6 @@ class SlurmJobSensor(BaseSensorOperator):
         SlurmJobLink.none_yet(self)
         if not self.deferrable:
             return super().execute(context)
-        from airflow_provider_slurmapi.triggers.slurmapi import SlurmJobTrigger
 
         if self.poke(context):
             return None
@@ -208,9 +206,6 @@ class SlurmJobSensor(BaseSensorOperator):
         return None
 
     def execute_complete(self, context: Any, event: dict[str, Any]) -> None:
-        from airflow_provider_slurmapi.api.jobs import JobState
-        from airflow_provider_slurmapi.triggers.slurmapi import ERROR, TIMEOUT
-
         status, message = event.get("status"), str(event.get("message"))
         if self.start_from_trigger:
             # Started from the triggerer: this is the sensor's first step on a worker.

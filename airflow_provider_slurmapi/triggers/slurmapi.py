@@ -16,6 +16,7 @@ from airflow_provider_slurmapi.api.fields import DEFAULT_CONN_ID
 from airflow_provider_slurmapi.api.jobs import SlurmArrayJob, SlurmJob
 from airflow_provider_slurmapi.api.states import DEFAULT_ERROR_BUDGET
 from airflow_provider_slurmapi.api.watch import UNRECORDED_GRACE, Deadline, JobWatch, outcome_text
+from airflow_provider_slurmapi.hooks.slurmapi import SlurmJobApiHook
 from airflow_provider_slurmapi.triggers.poller import SharedJobPoller
 from airflow_provider_slurmapi.version_compat import AIRFLOW_V_3_0_PLUS, AIRFLOW_V_3_3_PLUS
 
@@ -98,8 +99,6 @@ class SlurmJobTrigger(BaseTrigger):
         )
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
-        from airflow_provider_slurmapi.hooks.slurmapi import SlurmJobApiHook
-
         try:
             # Checked here, not in __init__: a templated id is rendered by the triggerer after that.
             job_id = versions.canonical_job_id(self.job_id)
@@ -157,8 +156,6 @@ class SlurmJobTrigger(BaseTrigger):
         await self._cancel_job(f"the deferred task was stopped by a user (task state: {state or 'unknown'})")
 
     async def _cancel_job(self, why: str) -> None:
-        from airflow_provider_slurmapi.hooks.slurmapi import SlurmJobApiHook
-
         self.log.info("Cancelling Slurm job %s because %s", self.job_id, why)
         try:
             settings = await SlurmJobApiHook(slurmapi_conn_id=self.slurmapi_conn_id).aget_settings()
