@@ -31,12 +31,13 @@ from airflow_provider_slurmapi.api.errors import (
     SlurmJobSpecError,
     SlurmRequestRejectedError,
 )
+from airflow_provider_slurmapi.api.events import FAILED, SUCCESS, TIMEOUT, JobEvent
 from airflow_provider_slurmapi.api.identity import TaskIdentity, TaskTry, tagged_comment, task_instance_tag
-from airflow_provider_slurmapi.api.jobs import JobSpec, JobState, SlurmJob
+from airflow_provider_slurmapi.api.jobs import JobSpec, SlurmJob
 from airflow_provider_slurmapi.api.watch import failure_error, outcome_text
 from airflow_provider_slurmapi.hooks.slurmapi import SlurmJobApiHook, default_deferrable
 from airflow_provider_slurmapi.links.slurmapi import SlurmJobLink
-from airflow_provider_slurmapi.triggers.slurmapi import FAILED, SUCCESS, TIMEOUT, SlurmJobTrigger
+from airflow_provider_slurmapi.triggers.slurmapi import SlurmJobTrigger
 from airflow_provider_slurmapi.version_compat import AIRFLOW_V_3_0_PLUS
 
 XCOM_JOB_ID = "slurm_job_id"
@@ -377,26 +378,24 @@ class SlurmSubmitJobOperator(BaseOperator):
         return job.job_id
 
     def execute_complete(self, context: Any, event: dict[str, Any]) -> int:
-        """Resume after the trigger's event."""
-        job_id = int(event["job_id"])
+        """Resume after the trigger's event (a :class:`~airflow_provider_slurmapi.api.events.JobEvent`)."""
+        ended = JobEvent.from_payload(event)
+        job_id = int(ended.job_id)
         self.job_id = job_id
-        summary = event.get("job")
-        if summary is not None:
-            context["ti"].xcom_push(key=XCOM_JOB, value=summary)
-        status = event.get("status")
-        if status == SUCCESS:
-            self.log.info(event.get("message"))
+        if ended.job is not None:
+            context["ti"].xcom_push(key=XCOM_JOB, value=ended.job)
+        if ended.status == SUCCESS:
+            self.log.info(ended.message)
             return job_id
-        if status == TIMEOUT:
+        if ended.status == TIMEOUT:
             self._cancel(job_id, "its execution_timeout passed")
             raise SlurmJobFailedNoRetry(
-                f"{event.get('message')}: execution_timeout reached, so Slurm job {job_id} was cancelled."
+                f"{ended.message}: execution_timeout reached, so Slurm job {job_id} was cancelled."
             )
-        if status == FAILED and summary is not None:
-            state = JobState.parse(str(summary.get("state", "")).split("+"))
-            error = SlurmJobFailedError(str(event.get("message")), job=summary, retryable=state.is_retryable_failure)
+        if ended.status == FAILED:
+            error = SlurmJobFailedError(ended.message, job=ended.job, retryable=ended.retryable)
             raise _fail(error, retry_on_job_failure=self.retry_on_job_failure)
-        raise SlurmJobError(f"Waiting for Slurm job {job_id} failed: {event.get('message')}")
+        raise SlurmJobError(f"Waiting for Slurm job {job_id} failed: {ended.message}")
 
     def _cancel(self, job_id: int, why: str) -> None:
         self.log.info("Cancelling Slurm job %s because %s", job_id, why)

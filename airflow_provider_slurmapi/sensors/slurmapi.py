@@ -15,12 +15,13 @@ from airflow.providers.common.compat.sdk import (
 
 from airflow_provider_slurmapi.api import checks
 from airflow_provider_slurmapi.api.errors import SlurmJobApiError, SlurmJobNotFoundError, SlurmJobSpecError
+from airflow_provider_slurmapi.api.events import ERROR, TIMEOUT, JobEvent
 from airflow_provider_slurmapi.api.jobs import JobState
 from airflow_provider_slurmapi.api.states import TERMINAL_STATES, UNKNOWN_JOB_GRACE
 from airflow_provider_slurmapi.api.watch import outcome_text
 from airflow_provider_slurmapi.hooks.slurmapi import SlurmJobApiHook, default_deferrable
 from airflow_provider_slurmapi.links.slurmapi import SlurmJobLink
-from airflow_provider_slurmapi.triggers.slurmapi import ERROR, TIMEOUT, SlurmJobTrigger
+from airflow_provider_slurmapi.triggers.slurmapi import SlurmJobTrigger
 from airflow_provider_slurmapi.version_compat import AIRFLOW_V_3_3_PLUS
 
 TRIGGER_CLASSPATH = "airflow_provider_slurmapi.triggers.slurmapi.SlurmJobTrigger"
@@ -206,16 +207,15 @@ class SlurmJobSensor(BaseSensorOperator):
         return None
 
     def execute_complete(self, context: Any, event: dict[str, Any]) -> None:
-        status, message = event.get("status"), str(event.get("message"))
+        ended = JobEvent.from_payload(event)
+        message = ended.message
         if self.start_from_trigger:
             # Started from the triggerer: this is the sensor's first step on a worker.
             self._persist_link(context)
-        if status in (TIMEOUT, ERROR):
+        if ended.status in (TIMEOUT, ERROR):
             if self.soft_fail:
                 raise AirflowSkipException(message)
             raise AirflowFailException(message)
-        summary = event.get("job") or {}
-        state = JobState.parse(str(summary.get("state", "")).split("+"))
-        if not self._decide(state, message):
+        if not self._decide(ended.state, message):
             raise AirflowFailException(f"{message}: neither a success nor a failure state of this sensor")
         self.log.info(message)

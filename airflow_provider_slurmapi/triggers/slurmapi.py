@@ -12,16 +12,16 @@ from airflow_provider_slurmapi.api import checks, versions
 from airflow_provider_slurmapi.api.client import AsyncSlurmJobApiClient
 from airflow_provider_slurmapi.api.connection import ConnectionSettings
 from airflow_provider_slurmapi.api.errors import SlurmJobApiError, SlurmJobSpecError
+from airflow_provider_slurmapi.api.events import ERROR, REACHED, TIMEOUT, JobEvent
 from airflow_provider_slurmapi.api.fields import DEFAULT_CONN_ID
 from airflow_provider_slurmapi.api.jobs import SlurmArrayJob, SlurmJob
 from airflow_provider_slurmapi.api.states import DEFAULT_ERROR_BUDGET
-from airflow_provider_slurmapi.api.watch import UNRECORDED_GRACE, Deadline, JobWatch, outcome_text
+from airflow_provider_slurmapi.api.watch import UNRECORDED_GRACE, Deadline, JobWatch
 from airflow_provider_slurmapi.hooks.slurmapi import SlurmJobApiHook
 from airflow_provider_slurmapi.triggers.poller import SharedJobPoller
 from airflow_provider_slurmapi.version_compat import AIRFLOW_V_3_0_PLUS, AIRFLOW_V_3_3_PLUS
 
 # Event statuses a trigger emits, once.
-SUCCESS, FAILED, TIMEOUT, ERROR, REACHED = "success", "failed", "timeout", "error", "reached"
 
 
 class SlurmJobTrigger(BaseTrigger):
@@ -88,15 +88,8 @@ class SlurmJobTrigger(BaseTrigger):
             },
         )
 
-    def _event(self, status: str, message: str, job: Any = None) -> TriggerEvent:
-        return TriggerEvent(
-            {
-                "status": status,
-                "job_id": self.job_id,
-                "message": message,
-                "job": job.summary() if job is not None else None,
-            }
-        )
+    def _event(self, status: str, message: str, job: SlurmJob | None = None) -> TriggerEvent:
+        return TriggerEvent(JobEvent(status, self.job_id, message, job.summary() if job else None).payload())
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         try:
@@ -182,7 +175,7 @@ class SlurmJobTrigger(BaseTrigger):
         if job.source == "none":  # a placeholder for a job not recorded (yet): no state reached
             return None
         if job.state.is_terminal:
-            return self._event(SUCCESS if job.state.is_success else FAILED, outcome_text(job), job)
+            return TriggerEvent(JobEvent.ended(self.job_id, job).payload())
         if job.state.base in set(self.target_states or ()):
             return self._event(REACHED, f"{job.label} is {job.describe_state()}", job)
         return None
