@@ -19,11 +19,12 @@ import shutil
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 from backends import BACKENDS, Backend, emulator_backend, real_backend
 from slurm_cluster import RealSlurm, Recorder, load_env_file
+
+from tests.suite_switch import SuiteSwitch
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
@@ -35,34 +36,16 @@ SKIP_REASON = (
 )
 
 
-def _skip_requested() -> bool:
-    return os.environ.get("SLURMAPI_SKIP_REAL_SLURM", "") not in ("", "0")
-
-
-def pytest_report_header(config: pytest.Config) -> str | None:
-    if _skip_requested():
-        return f"!!! {SKIP_REASON}"
-    return None
-
-
-def pytest_terminal_summary(terminalreporter: Any) -> None:
-    if _skip_requested():
-        terminalreporter.write_line(f"!!! {SKIP_REASON}", yellow=True, bold=True)
-
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    if not _skip_requested():
-        return
-    skip = pytest.mark.skip(reason=SKIP_REASON)
-    for item in items:
-        if HERE in Path(str(item.fspath)).resolve().parents and not _emulator_half(item):
-            item.add_marker(skip)
-
-
 def _emulator_half(item: pytest.Item) -> bool:
     """A scenario's run on the emulator backend (test_scenarios*.py), which needs no real Slurm."""
     callspec = getattr(item, "callspec", None)
     return callspec is not None and callspec.params.get("backend") == "emulator"
+
+
+SWITCH = SuiteSwitch("SLURMAPI_SKIP_REAL_SLURM", SKIP_REASON, HERE, keep=_emulator_half)
+pytest_report_header = SWITCH.report_header
+pytest_terminal_summary = SWITCH.terminal_summary
+pytest_collection_modifyitems = SWITCH.collection_modifyitems
 
 
 def _tail(path: Path, lines: int = 40) -> str:

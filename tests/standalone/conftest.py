@@ -12,7 +12,6 @@ Environment switches:
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,31 +20,16 @@ from typing import Any
 import pytest
 
 from tests.standalone.harness import LOGS, EmulatorProcess, Standalone, run_emulator, run_standalone
+from tests.suite_switch import SuiteSwitch
 
 HERE = Path(__file__).resolve().parent
 SKIP_REASON = "SLURMAPI_SKIP_STANDALONE=1: the airflow standalone suite (tests/standalone) did NOT run"
 
 
-def _skip_requested() -> bool:
-    return os.environ.get("SLURMAPI_SKIP_STANDALONE", "") not in ("", "0")
-
-
-def pytest_report_header(config: pytest.Config) -> str | None:
-    return f"!!! {SKIP_REASON}" if _skip_requested() else None
-
-
-def pytest_terminal_summary(terminalreporter: Any) -> None:
-    if _skip_requested():
-        terminalreporter.write_line(f"!!! {SKIP_REASON}", yellow=True, bold=True)
-
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    if not _skip_requested():
-        return
-    skip = pytest.mark.skip(reason=SKIP_REASON)
-    for item in items:
-        if HERE in Path(str(item.fspath)).resolve().parents:
-            item.add_marker(skip)
+SWITCH = SuiteSwitch("SLURMAPI_SKIP_STANDALONE", SKIP_REASON, HERE)
+pytest_report_header = SWITCH.report_header
+pytest_terminal_summary = SWITCH.terminal_summary
+pytest_collection_modifyitems = SWITCH.collection_modifyitems
 
 
 @pytest.fixture(scope="session")
