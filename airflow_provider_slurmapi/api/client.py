@@ -11,9 +11,10 @@ import http.client
 import logging
 import random
 import ssl
+import sys
 import threading
 import time
-from collections.abc import Generator, Iterator, Mapping
+from collections.abc import Coroutine, Generator, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -191,6 +192,18 @@ class BaseSlurmJobApiClient:
 
     def _version_key(self) -> str:
         return f"{self.cluster.name}|{self.auth.cache_key()}"
+
+
+async def _within(seconds: float, awaitable: Coroutine[Any, Any, T]) -> T:
+    """``awaitable`` bounded by ``seconds`` (``asyncio.TimeoutError`` past them).
+
+    Python 3.11's ``asyncio.wait_for`` can swallow a cancel that comes as the awaited call ends (fixed in
+    3.12): a trigger or poller being stopped would run on. ``asyncio.timeout`` (3.11+) does not.
+    """
+    if sys.version_info >= (3, 11):
+        async with asyncio.timeout(seconds):
+            return await awaitable
+    return await asyncio.wait_for(awaitable, seconds)
 
 
 _SLURM_BUSY = frozenset({502, 503, 504})
@@ -439,7 +452,7 @@ class AsyncSlurmJobApiClient(BaseSlurmJobApiClient):
         request = self._request(call, token)
         try:
             # httpx bounds each read; the whole exchange gets the same time in total.
-            body = await asyncio.wait_for(self._exchange(call, request), self.timeout)
+            body = await _within(self.timeout, self._exchange(call, request))
         except asyncio.TimeoutError:
             raise self._timed_out(call, "total deadline") from None
         except httpx.RequestError as err:

@@ -109,8 +109,12 @@ class SharedJobPoller:
         return await self.client.get_job(job_id, recently_submitted=True)
 
     async def _run(self) -> None:
-        while self.subscribers:
+        # The last unsubscribe cancels this task; checking again after each tick also ends it when a
+        # cancel came as a call ended and was lost (Python 3.11's wait_for, in code the tick calls).
+        while self.subscribers and self._task is asyncio.current_task():
             await self.tick()
+            if not self.subscribers or self._task is not asyncio.current_task():
+                return
             await asyncio.sleep(self.interval)
 
     async def tick(self) -> dict[str, Observation]:
