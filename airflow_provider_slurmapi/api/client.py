@@ -14,7 +14,7 @@ import ssl
 import sys
 import threading
 import time
-from collections.abc import Coroutine, Generator, Iterator, Mapping
+from collections.abc import Awaitable, Generator, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -194,7 +194,7 @@ class BaseSlurmJobApiClient:
         return f"{self.cluster.name}|{self.auth.cache_key()}"
 
 
-async def _within(seconds: float, awaitable: Coroutine[Any, Any, T]) -> T:
+async def within(seconds: float, awaitable: Awaitable[T]) -> T:
     """``awaitable`` bounded by ``seconds`` (``asyncio.TimeoutError`` past them).
 
     Python 3.11's ``asyncio.wait_for`` can swallow a cancel that comes as the awaited call ends (fixed in
@@ -452,7 +452,7 @@ class AsyncSlurmJobApiClient(BaseSlurmJobApiClient):
         request = self._request(call, token)
         try:
             # httpx bounds each read; the whole exchange gets the same time in total.
-            body = await _within(self.timeout, self._exchange(call, request))
+            body = await within(self.timeout, self._exchange(call, request))
         except asyncio.TimeoutError:
             raise self._timed_out(call, "total deadline") from None
         except httpx.RequestError as err:

@@ -38,7 +38,7 @@ from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Resp
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from airflow_provider_slurmapi.api import operations as ops
-from airflow_provider_slurmapi.api.client import RetryPolicy
+from airflow_provider_slurmapi.api.client import RetryPolicy, within
 from airflow_provider_slurmapi.api.connection import ConnectionSettings
 from airflow_provider_slurmapi.api.errors import SlurmApiError, SlurmJobApiError, SlurmJobNotFoundError
 from airflow_provider_slurmapi.api.identity import TaskRef, parse_tag
@@ -171,7 +171,7 @@ class PageLoads:
             self._slots.release()
             raise
         try:
-            return await asyncio.wait_for(work, self.deadline)
+            return await within(self.deadline, work)
         except asyncio.TimeoutError:
             raise HTTPException(
                 504, f"Slurm did not answer within {self.deadline:g} seconds; try again later."

@@ -9,7 +9,7 @@ from typing import Any
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from airflow_provider_slurmapi.api import checks, versions
-from airflow_provider_slurmapi.api.client import AsyncSlurmJobApiClient
+from airflow_provider_slurmapi.api.client import AsyncSlurmJobApiClient, within
 from airflow_provider_slurmapi.api.connection import ConnectionSettings
 from airflow_provider_slurmapi.api.errors import SlurmJobApiError, SlurmJobSpecError
 from airflow_provider_slurmapi.api.events import ERROR, REACHED, TIMEOUT, JobEvent
@@ -239,9 +239,7 @@ class SlurmJobTrigger(BaseTrigger):
             while True:
                 remaining = deadline.remaining()
                 try:
-                    seen = (
-                        await asyncio.wait_for(queue.get(), remaining) if remaining is not None else await queue.get()
-                    )
+                    seen = await within(remaining, queue.get()) if remaining is not None else await queue.get()
                 except asyncio.TimeoutError:
                     yield self._timeout(None)
                     return

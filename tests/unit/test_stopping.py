@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from airflow_provider_slurmapi.api.client import _within
+from airflow_provider_slurmapi.api.client import within
 from airflow_provider_slurmapi.triggers.poller import Observation, SharedJobPoller
 
 
@@ -40,7 +40,7 @@ def test_a_poller_whose_cancel_was_lost_mid_tick_does_not_sleep_on():
     assert asyncio.run(scenario())
 
 
-@pytest.mark.parametrize("bound", [_within], ids=["client._within"])
+@pytest.mark.parametrize("bound", [within], ids=["client.within"])
 def test_a_cancel_that_comes_as_a_call_ends_is_not_lost(bound):
     # The call's result and the cancel arrive in the same turn of the loop: asyncio.wait_for on Python
     # 3.11 returns the result and drops the cancel; the client's bound must raise CancelledError.
