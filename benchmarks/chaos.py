@@ -59,7 +59,13 @@ TOKEN_FAULT_RATE = 0.5
 
 
 def arm_faults(emu: SlurmJobApiEmulator, rate: float) -> None:
-    """Seeded faults (the emulator's seed) on ``rate`` of every call; submits, slurmdb reads and tokens get more."""
+    """Seeded faults (the emulator's seed) on ``rate`` of every call; submits, slurmdb reads and tokens get more.
+
+    The first submits meet each submit fault once for certain (a run's own timing decides which call
+    draws which seeded fault, so a short run could otherwise miss one kind); then each has its share.
+    """
+    for kind in SUBMIT_FAULTS:
+        emu.inject_fault(kind, count=1, path_contains="/job/submit", method="POST")
     after = 1 - (1 - rate) ** (1 / len(SUBMIT_FAULTS))
     for kind in SUBMIT_FAULTS:
         emu.inject_fault(kind, count=None, probability=after, path_contains="/job/submit", method="POST")

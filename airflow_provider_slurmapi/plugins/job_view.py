@@ -17,7 +17,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 from urllib.parse import quote
 
-from airflow_provider_slurmapi.api.identity import TaskRef, parse_tag, split_comment
+from airflow_provider_slurmapi.api.identity import TaskRef, name_identity, parse_tag, split_comment
 from airflow_provider_slurmapi.api.jobs import SlurmJob
 from airflow_provider_slurmapi.api.watch import format_duration as watch_duration
 
@@ -314,7 +314,7 @@ class ListedJob:
     """One row of the overview."""
 
     job: SlurmJob
-    ref: TaskRef
+    ref: TaskRef | None  # None: accounting's record of a job whose tag was not kept
     state: str
     state_class: str
     submitted: str
@@ -322,23 +322,35 @@ class ListedJob:
     exit_code: str
 
 
-def merge_listing(active: Iterable[SlurmJob], accounted: Iterable[SlurmJob]) -> list[tuple[SlurmJob, TaskRef]]:
-    """The tagged jobs of both sources, one per id (the queue's record while the job is active,
-    accounting's once it has ended), newest first."""
+def merge_listing(active: Iterable[SlurmJob], accounted: Iterable[SlurmJob]) -> list[tuple[SlurmJob, TaskRef | None]]:
+    """This Airflow's jobs of both sources, one per id (the queue's record while the job is active,
+    accounting's once it has ended), newest first, each with the task its tag names.
+
+    Slurm's accounting keeps no comment by default (``AccountingStoreFlags``), so an ended job's tag
+    is taken from the queue's record while the queue still has it; a job known only to accounting is
+    recognised by the task identity its name ends with, and comes without a tag (``None``).
+    """
     by_id: dict[str, SlurmJob] = {}
+    refs: dict[str, TaskRef] = {}
     for job in accounted:
         by_id[job.display_id] = job
     for job in active:
         known = by_id.get(job.display_id)
         if known is None or not job.state.is_terminal or not known.state.is_terminal:
             by_id[job.display_id] = job
-    rows = [(job, ref) for job in by_id.values() if (ref := parse_tag(job.comment)) is not None]
+        if (ref := parse_tag(job.comment)) is not None:
+            refs[job.display_id] = ref
+    rows: list[tuple[SlurmJob, TaskRef | None]] = []
+    for key, job in by_id.items():
+        ref = parse_tag(job.comment) or refs.get(key)
+        if ref is not None or name_identity(job.name or "") is not None:
+            rows.append((job, ref))
     epoch = datetime.fromtimestamp(0, tz=timezone.utc)
     rows.sort(key=lambda r: (r[0].submit_time or epoch, r[0].job_id, r[0].array_task_id or 0), reverse=True)
     return rows
 
 
-def listed(job: SlurmJob, ref: TaskRef, *, now: datetime | None = None) -> ListedJob:
+def listed(job: SlurmJob, ref: TaskRef | None, *, now: datetime | None = None) -> ListedJob:
     now = now or datetime.now(tz=timezone.utc)
     exit_code = str(job.exit_code) if job.state.is_terminal else ""
     return ListedJob(

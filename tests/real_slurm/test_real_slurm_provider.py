@@ -196,7 +196,9 @@ def test_operator_time_limit_ends_in_timeout(real_slurm, real_dags, capfd):
     job_id, summary, log = _run_failing(real_dags["real_time_limit"], capfd)
     assert summary["state"] == "TIMEOUT"
     assert 60 <= summary["elapsed_seconds"] < 150  # killed at the limit (checked on a 30 s sweep), not at its end
-    assert f"Slurm job {job_id} (real_time_limit.train) ended TIMEOUT" in log
+    # The job's name carries the task instance's identity after the name the DAG gave it.
+    assert summary["name"].startswith("real_time_limit.train~af")
+    assert f"Slurm job {job_id} ({summary['name']}) ended TIMEOUT" in log
 
 
 def test_cancel_of_an_array_id_cancels_every_task(real_slurm, connect):

@@ -129,7 +129,7 @@ def test_job_page_in_a_browser(standalone: Standalone, training_run: dict[str, A
         page.open(f"{standalone.url}/slurmapi/jobs")
         ids = page.js("[...document.querySelectorAll('#jobs td:first-child a')].map(a => a.innerText)")
         expected = [str(j.job_id) for j in sorted(run_jobs(standalone, training_run).values(), key=lambda j: -j.job_id)]
-        assert ids[: len(expected)] == expected
+        assert ids[: len(expected)] == expected, page.text()
         page.screenshot(ARTIFACTS / "slurm-job-list.png")
 
         # The navigation entry (Browse > Slurm jobs) shows the overview inside the Airflow UI.

@@ -169,6 +169,22 @@ def test_listing_merges_queue_and_accounting_newest_first():
     assert rows[1][0].source == "slurmdb"  # an ended job: accounting's record wins
 
 
+def test_listing_keeps_the_tag_accounting_dropped_and_finds_jobs_by_their_name():
+    """Real Slurm's accounting keeps no comment by default: the queue's tag stands for its ended job, and a
+    job known only to accounting is listed by the identity its name ends with (without a task)."""
+    ended = tagged(job_info("job_completed", job_id=1))
+    accounted = SlurmJob.from_slurmdb(slurmdb("slurmdb_job", comment={"job": ""}))  # id 1, tag lost
+    only_accounted = SlurmJob.from_slurmdb(
+        slurmdb("slurmdb_job", job_id=5, name="train~af0123456789abr17", comment={"job": ""})
+    )
+    foreign = SlurmJob.from_slurmdb(slurmdb("slurmdb_job", job_id=6, name="someone_else", comment={"job": ""}))
+    rows = merge_listing([ended], [accounted, only_accounted, foreign])
+    by_id = {job.job_id: (job, ref) for job, ref in rows}
+    assert sorted(by_id) == [1, 5]
+    assert by_id[1][0].source == "slurmdb" and by_id[1][1] is not None and by_id[1][1].tag == TAG
+    assert by_id[5][1] is None
+
+
 def test_html_escapes_everything():
     from airflow_provider_slurmapi.plugins import render
 
