@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import importlib.util
 import os
 import random
 import subprocess
@@ -184,11 +183,9 @@ class ChaosRun:
 
 
 def load_dags() -> ModuleType:
-    spec = importlib.util.spec_from_file_location(DAG_FILE.stem, DAG_FILE)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    from tests.fixtures import load_module
+
+    return load_module(DAG_FILE)
 
 
 def state_name(ti: Any) -> str:

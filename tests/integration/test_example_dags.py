@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 from types import ModuleType
 
@@ -10,17 +9,14 @@ import pytest
 
 from airflow_provider_slurmapi.api.jobs import JobSpec
 from airflow_provider_slurmapi.hooks.slurmapi import SlurmJobApiHook
+from tests.fixtures import load_module
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "example_dags"
 pytestmark = pytest.mark.usefixtures("airflow_db")
 
 
 def load(name: str) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(name, EXAMPLES / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_module(EXAMPLES / f"{name}.py")
 
 
 def states(dag_run) -> dict[str, str]:
@@ -53,6 +49,7 @@ def test_every_example_parses():
         "example_slurm_external_job",
         "example_slurm_sweep",
         "example_slurm_dependency",
+        "example_slurm_taskflow",
     } <= set(bag.dag_ids)
 
 
@@ -78,6 +75,17 @@ def test_slurm_orders_the_dependency(slurmapi_emulator, default_deferrable):
     assert train["dependency"] == f"afterok:{pre['job_id']}"
     assert train["start_time"] >= pre["end_time"]
     assert "trained" in slurmapi_emulator.read_output(train["job_id"])
+
+
+def test_taskflow_script_runs_what_the_function_returned(slurmapi_emulator):
+    run = load("example_slurm_taskflow").example_slurm_taskflow_dag.test()
+    assert set(states(run).values()) == {"success"}
+    (job,) = slurmapi_emulator.jobs()
+    output = slurmapi_emulator.read_output(job["job_id"])
+    assert "tokenizing shard-a for " in output and f"in job {job['job_id']}" in output
+    assert "tokenizing shard-b" in output and "{{" not in output  # rendered before it was sent
+    (report,) = [ti for ti in run.get_task_instances() if ti.task_id == "report"]
+    assert report.xcom_pull(task_ids="report") == f"tokenized in Slurm job {job['job_id']}"
 
 
 def test_waits_on_an_externally_submitted_job(slurmapi_emulator, default_deferrable):

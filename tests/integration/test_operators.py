@@ -2,26 +2,18 @@
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
-from types import ModuleType
 
 import pytest
+
+from tests.fixtures import dag_file, load_module
 
 CWD = "/home/tester"
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.usefixtures("airflow_db")
 
 
-def load(path: Path) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(path.stem, path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-TEST_DAGS = load(ROOT / "tests" / "dags" / "slurm_test_dags.py").DAGS
+TEST_DAGS = dag_file("slurm_test_dags").DAGS
 
 
 @pytest.fixture
@@ -155,7 +147,7 @@ def test_a_retry_reattaches_to_the_completed_job_and_a_clear_runs_it_again(emu):
 
 
 def test_example_dag_runs_end_to_end(emu):
-    module = load(ROOT / "example_dags" / "example_slurm_training.py")
+    module = load_module(ROOT / "example_dags" / "example_slurm_training.py")
     dag_run = module.dag.test()
     tis = {ti.task_id: ti for ti in dag_run.get_task_instances()}
     assert {k: state(v) for k, v in tis.items()} == dict.fromkeys(tis, "success")

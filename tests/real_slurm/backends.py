@@ -13,6 +13,7 @@ import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -40,6 +41,7 @@ class Backend:
     other_connection: dict[str, Any]  # a connection that acts as other_user
     set_slurmdbd: Callable[[bool], None]  # True: up, False: down (and back before returning)
     purge_bound: float  # seconds after its end by which a job has surely left the active queue
+    host_path: Callable[[str], Path]  # where a file the job wrote on the cluster is on this machine
     extra: dict[str, Any] = field(default_factory=dict)
 
     def connect(
@@ -107,6 +109,7 @@ def emulator_backend(tmp_path_factory: pytest.TempPathFactory) -> tuple[Backend,
         other_connection=other,
         set_slurmdbd=set_slurmdbd,
         purge_bound=emu.min_job_age + 2,
+        host_path=emu.host_path,
     )
     return backend, emu
 
@@ -145,5 +148,6 @@ def real_backend(real_slurm: Any, tmp_path_factory: pytest.TempPathFactory) -> t
         set_slurmdbd=set_slurmdbd,
         # slurmctld purges every max(10, MinJobAge) s, or every 60 s; a sweep is skipped while backfill runs
         purge_bound=real_slurm.min_job_age + 60,
+        host_path=real_slurm.host_path,
     )
     return backend, emu

@@ -6,12 +6,11 @@ envelope) and every Slurm call is answered by the real cluster of the `real_slur
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from types import ModuleType, SimpleNamespace
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -23,6 +22,7 @@ from airflow_provider_slurmapi.api.jobs import JobSpec, SlurmJob
 from airflow_provider_slurmapi.emulator import SlurmJobApiEmulator
 from airflow_provider_slurmapi.emulator.app import ProxyModeError
 from airflow_provider_slurmapi.hooks.slurmapi import SlurmJobApiHook
+from tests.fixtures import load_module
 
 pytestmark = pytest.mark.real_slurm
 ROOT = Path(__file__).resolve().parents[2]
@@ -133,14 +133,6 @@ def test_unreachable_upstream_is_unavailable(tmp_path):
     assert reply.status_code == 503 and reply.json()["error"]["status"] == "UNAVAILABLE"
 
 
-def _load(path: Path) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(path.stem, path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.mark.usefixtures("airflow_db")
 def test_example_dag_end_to_end_through_the_proxy(real_slurm, proxy, monkeypatch):
     workdir = f"{real_slurm.home}/slurm-demo-{uuid.uuid4().hex[:8]}"
@@ -152,7 +144,7 @@ def test_example_dag_end_to_end_through_the_proxy(real_slurm, proxy, monkeypatch
     monkeypatch.setenv("SLURMAPI_EXAMPLE_WORKDIR", workdir)
     monkeypatch.setenv("SLURMAPI_EXAMPLE_PARTITION", real_slurm.partition)
     monkeypatch.setenv("SLURMAPI_EXAMPLE_GPUS", "0")  # the test cluster has no GPUs
-    module = _load(ROOT / "example_dags" / "example_slurm_training.py")
+    module = load_module(ROOT / "example_dags" / "example_slurm_training.py")
     train_task = module.dag.get_task("train")
     assert train_task.deferrable and train_task.partition == real_slurm.partition
 

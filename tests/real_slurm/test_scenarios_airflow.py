@@ -7,28 +7,19 @@ queue and accounting. Either way accounting alone knows the earlier job, by its 
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 from backends import Backend
 
 from airflow_provider_slurmapi.api.identity import TaskIdentity
+from tests.fixtures import dag_file
 
 pytestmark = [pytest.mark.usefixtures("airflow_db"), pytest.mark.timeout(900)]
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def load(path: Path) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(path.stem, path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-DAGS = load(ROOT / "tests" / "dags" / "slurm_scenario_dags.py").DAGS
+DAGS = dag_file("slurm_scenario_dags").DAGS
 
 
 def run(backend: Backend, monkeypatch: pytest.MonkeyPatch, dag_id: str):

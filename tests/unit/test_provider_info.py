@@ -27,7 +27,8 @@ def test_entry_point_declares_every_class():
     for kind in ("hooks", "operators", "sensors", "triggers"):
         for module in info[kind][0]["python-modules"]:
             importlib.import_module(module)
-    for dotted in [conn["hook-class-name"], *info["extra-links"]]:
+    decorators = [d["class-name"] for d in info["task-decorators"]]
+    for dotted in [conn["hook-class-name"], *info["extra-links"], *decorators]:
         module, _, name = dotted.rpartition(".")
         assert hasattr(importlib.import_module(module), name)
 
@@ -51,3 +52,26 @@ def test_airflow_providers_manager_sees_the_connection_type():
 def test_legacy_form_widgets_match():
     pytest.importorskip("flask_appbuilder", reason="the legacy (FAB) connection form exists only with FAB")
     assert list(SlurmJobApiHook.get_connection_form_widgets()) == list(CONNECTION_FIELDS)
+
+
+def test_task_slurm_script_is_registered_with_airflow():
+    """``task.slurm_script`` resolves through Airflow's providers manager, as users write it."""
+    from airflow.providers.common.compat.sdk import task
+
+    from airflow_provider_slurmapi.decorators.slurm import slurm_script_task
+
+    assert task.slurm_script is slurm_script_task
+
+
+def test_task_slurm_script_refuses_a_script_argument():
+    from airflow.providers.common.compat.sdk import DAG, task
+
+    from airflow_provider_slurmapi.api.errors import SlurmJobSpecError
+
+    with DAG(dag_id="refuses_script", schedule=None), pytest.raises(SlurmJobSpecError, match="script: is given"):
+
+        @task.slurm_script(script="#!/bin/bash\ntrue\n", current_working_directory="/tmp")
+        def job() -> str:
+            return "#!/bin/bash\ntrue\n"
+
+        job()

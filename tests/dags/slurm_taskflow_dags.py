@@ -1,0 +1,55 @@
+"""TaskFlow DAGs run on the emulator and on real Slurm (tests/real_slurm/test_scenarios_taskflow.py).
+
+Where the jobs run comes from the run's conf (``{"cwd": ..., "partition": ...}``).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from airflow.providers.common.compat.sdk import DAG, task
+
+DAGS: dict[str, DAG] = {}
+WHERE: dict[str, Any] = {
+    "current_working_directory": "{{ dag_run.conf['cwd'] }}",
+    "partition": "{{ dag_run.conf['partition'] }}",
+    "time_limit": 5,
+    "poll_interval": 0.5,
+}
+
+
+def _dag(dag_id: str, **kwargs: Any) -> DAG:
+    dag = DAG(dag_id=dag_id, schedule=None, start_date=datetime(2026, 1, 1), catchup=False, **kwargs)
+    DAGS[dag_id] = dag
+    return dag
+
+
+with _dag("taskflow_script"):
+
+    @task
+    def shards() -> int:
+        return 3
+
+    @task.slurm_script(**WHERE)
+    def preprocess(count: int) -> str:
+        # The job writes where it ran and what it was given; {{ ds }} is rendered like any template.
+        return f'#!/bin/bash\necho "job=$SLURM_JOB_ID shards={count} day={{{{ ds }}}}" > "out-$SLURM_JOB_ID.txt"\n'
+
+    @task.slurm_script(task_id="preprocess_deferred", deferrable=True, **WHERE)
+    def preprocess_deferred(count: int) -> str:
+        return f'#!/bin/bash\necho "job=$SLURM_JOB_ID shards={count} day={{{{ ds }}}}" > "out-$SLURM_JOB_ID.txt"\n'
+
+    count = shards()
+    preprocess(count)
+    preprocess_deferred(count)
+
+
+with _dag("taskflow_script_returns_nothing", default_args={"retries": 2}):
+
+    @task.slurm_script(**WHERE)
+    def forgot_to_return() -> str:
+        print("#!/bin/bash\ntrue\n")  # the mistake under test: the script is printed, not returned
+        return None  # type: ignore[return-value]
+
+    forgot_to_return()
