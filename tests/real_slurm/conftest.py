@@ -1,6 +1,7 @@
-"""The `real_slurm` session fixture: a real Slurm 24.11 + slurmrestd on loopback for tests/real_slurm.
+"""The `real_slurm` session fixture: a real Slurm 24.11 or 26.05 + slurmrestd on loopback for tests/real_slurm.
 
-By default the fixture runs ``start_slurm.sh`` (a chroot cached under ``.real-slurm/``) and stops the
+By default the fixture runs ``start_slurm.sh`` (a chroot cached under ``.real-slurm/``; ``SLURM_RELEASE=26.05``:
+Slurm 26.05 under ``.real-slurm-26.05/``) and stops the
 daemons at the end of the session. Environment switches:
 
 - ``SLURMAPI_SKIP_REAL_SLURM=1``: skip every test here (say so loudly; nothing is started).
@@ -28,7 +29,12 @@ from tests.suite_switch import SuiteSwitch
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
-STATE_DIR = Path(os.environ.get("SLURM_STATE_DIR", REPO / ".real-slurm"))
+# start_slurm.sh's default state dir for SLURM_RELEASE (slurm_lib.sh): 24.11 and 26.05 run side by side
+_RELEASE_DIR = {"24.11": ".real-slurm", "26.05": ".real-slurm-26.05"}
+STATE_DIR = Path(
+    os.environ.get("SLURM_STATE_DIR")
+    or REPO / _RELEASE_DIR.get(os.environ.get("SLURM_RELEASE", "24.11"), ".real-slurm")
+)
 EXIT_CANNOT_RUN = 77
 SKIP_REASON = (
     "SLURMAPI_SKIP_REAL_SLURM=1: the REAL Slurm suite (tests/real_slurm) did NOT run; "

@@ -10,12 +10,16 @@
 #   ctl.sh status                 which daemons are up
 #
 # Finds the cluster through SLURM_ROOT, else through the env file
-# (SLURM_ENV_FILE, default <repo>/.real-slurm/slurm.env).
+# (SLURM_ENV_FILE, default $SLURM_STATE_DIR/slurm.env: <repo>/.real-slurm/, or .real-slurm-26.05/
+# with SLURM_RELEASE=26.05).
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 REPO=$(cd "$HERE/../.." && pwd)
-ENV_FILE=${SLURM_ENV_FILE:-${SLURM_STATE_DIR:-$REPO/.real-slurm}/slurm.env}
+# shellcheck source=tests/real_slurm/slurm_lib.sh
+. "$HERE/slurm_lib.sh"
+slurm_release_defaults "$REPO"   # STATE for SLURM_RELEASE
+ENV_FILE=${SLURM_ENV_FILE:-$STATE/slurm.env}
 if [ -z "${SLURM_ROOT:-}" ] || [ -z "${SLURM_USER:-}" ]; then
     [ -r "$ENV_FILE" ] || { echo "ctl.sh: no SLURM_ROOT and no env file $ENV_FILE (is the cluster up?)" >&2; exit 1; }
     # shellcheck disable=SC1090
@@ -29,18 +33,12 @@ ROOT_REAL=$(readlink -f "$ROOT")
 DBD_PID=/run/slurm/slurmdbd.pid
 
 die() { echo "ctl.sh: $*" >&2; exit 1; }
-readpid() { [ -s "$ROOT$1" ] && tr -dc '0-9' < "$ROOT$1" || true; }
-in_chroot_pid() {
-    local pid=$1
-    [ -n "$pid" ] && [ -d "/proc/$pid" ] || return 1
-    [ "$(readlink "/proc/$pid/root" 2>/dev/null)" = "$ROOT_REAL" ]
-}
 need_root() { [ "$(id -u)" = 0 ] || die "$1 needs root"; }
 
 case "${1:-}" in
 slurmdbd-stop)
     need_root "slurmdbd-stop"
-    pid=$(readpid $DBD_PID)
+    pid=$(readpid "$ROOT$DBD_PID")
     in_chroot_pid "$pid" || { echo "slurmdbd not running"; exit 0; }
     kill -TERM "$pid"
     for _ in $(seq 1 120); do
@@ -51,9 +49,9 @@ slurmdbd-stop)
     ;;
 slurmdbd-start)
     need_root "slurmdbd-start"
-    if ! in_chroot_pid "$(readpid $DBD_PID)"; then
+    if ! in_chroot_pid "$(readpid "$ROOT$DBD_PID")"; then
         # stdio to a log: slurmdbd keeps the fds it was started with
-        logs=${SLURM_STATE_DIR:-$REPO/.real-slurm}/logs
+        logs=${SLURM_STATE_DIR:-$STATE}/logs
         mkdir -p "$logs"
         chroot "$ROOT" slurmdbd </dev/null >>"$logs/slurmdbd.out" 2>&1
     fi
@@ -83,7 +81,7 @@ host-path)
 status)
     for d in munged:/run/munge/munged.pid mariadbd:/run/slurm-ci/mariadbd.pid slurmdbd:$DBD_PID \
              slurmctld:/run/slurm/slurmctld.pid slurmd:/run/slurm/slurmd.pid slurmrestd:/run/slurm-ci/slurmrestd.pid; do
-        pid=$(readpid "${d#*:}")
+        pid=$(readpid "$ROOT${d#*:}")
         if in_chroot_pid "$pid"; then echo "${d%%:*} up (pid $pid)"; else echo "${d%%:*} down"; fi
     done
     ;;

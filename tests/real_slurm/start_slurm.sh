@@ -1,52 +1,64 @@
 #!/bin/bash
-# Bring up a REAL single-node Slurm 24.11 on loopback for tests/real_slurm:
+# Bring up a REAL single-node Slurm on loopback for tests/real_slurm:
 #   munged, mariadbd (socket only), slurmdbd, slurmctld, slurmd and
-#   slurmrestd (JWT auth, data parsers v0.0.40..v0.0.42) on 127.0.0.1:$SLURM_REST_PORT.
+#   slurmrestd (JWT auth) on 127.0.0.1:$SLURM_REST_PORT.
 #
-# Slurm runs inside a debootstrapped Debian trixie chroot (slurm-wlm 24.11), so
-# the host's own packages and libc stay untouched; only `debootstrap` is
-# apt-installed on the host when missing.  The chroot is cached: a second run
-# reuses it (no network needed) and leaves daemons that are already up alone.
+# SLURM_RELEASE picks the Slurm (see slurm_lib.sh):
+#   24.11 (default)  slurm-wlm 24.11 from Debian trixie, data parsers v0.0.40..v0.0.42,
+#                    state in <repo>/.real-slurm, ports 6817-6820
+#   26.05            slurm-wlm 26.05 from Debian sid, data parsers v0.0.42..v0.0.45,
+#                    state in <repo>/.real-slurm-26.05, ports 6837-6840
+# so the two run side by side.
+#
+# Slurm runs inside a debootstrapped Debian chroot, so the host's own packages
+# and libc stay untouched; only `debootstrap` is apt-installed on the host when
+# missing.  The chroot is cached: a second run reuses it (no network needed) and
+# leaves daemons that are already up alone.
+#
+# When the start fails part way, everything this run started is stopped again
+# (daemons by PID, and the chroot's mounts once nothing runs in it), and a port
+# another program holds is named with that program.
 #
 # Exit codes:  0 up;  77 this machine cannot run it (not root, cannot mount or
 # chroot, Debian archive unreachable);  anything else: it should have worked
 # and did not (daemon logs are printed).
 #
-# Env knobs (defaults in brackets):
-#   SLURM_STATE_DIR [<repo>/.real-slurm]   env file, logs, lock
+# Env knobs (defaults in brackets; the release changes the marked ones):
+#   SLURM_RELEASE   [24.11]                24.11 or 26.05
+#   SLURM_STATE_DIR [<repo>/.real-slurm]*  env file, logs, lock
 #   SLURM_ROOT      [$SLURM_STATE_DIR/root] the chroot (cached between runs)
-#   SLURM_REST_PORT [6820]                 slurmrestd listens on 127.0.0.1:PORT
+#   SLURM_CTLD_PORT [6817]*  SLURMD_PORT [6818]*  SLURMDBD_PORT [6819]*
+#   SLURM_REST_PORT [6820]*                slurmrestd listens on 127.0.0.1:PORT
 #   SLURM_MIN_JOB_AGE [10]                 seconds a finished job stays in slurmctld's queue
 #   SLURM_CPUS      [8]                    CPUs the node claims (may exceed the machine)
 #   SLURM_JOB_USER  [ciuser]               unprivileged user jobs run as, tokens are for
 #   SLURM_TOKEN_LIFESPAN [14400]           seconds
-#   SLURM_REST_DATA_PARSERS [v0.0.40,v0.0.41,v0.0.42]
-#   DEBIAN_MIRROR [http://deb.debian.org/debian]   DEBIAN_SUITE [trixie]
+#   SLURM_REST_DATA_PARSERS [v0.0.40,v0.0.41,v0.0.42]*
+#   DEBIAN_MIRROR [http://deb.debian.org/debian]   DEBIAN_SUITE [trixie]*
 #
 # Writes $SLURM_STATE_DIR/slurm.env (SLURM_REST_URL, SLURM_JWT, SLURM_USER,
-# SLURM_ROOT, SLURM_PARTITION, SLURM_CTL, ...), $SLURM_STATE_DIR/timings.txt,
-# logs under $SLURM_STATE_DIR/logs and daemon logs in $SLURM_ROOT/var/log/slurm/.
+# SLURM_ROOT, SLURM_PARTITION, SLURM_VERSION, SLURM_API_VERSIONS, SLURM_CTL, ...),
+# $SLURM_STATE_DIR/timings.txt, logs under $SLURM_STATE_DIR/logs and daemon logs
+# in $SLURM_ROOT/var/log/slurm/.
 set -Eeuo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 REPO=$(cd "$HERE/../.." && pwd)
-STATE=${SLURM_STATE_DIR:-$REPO/.real-slurm}
-ROOT=${SLURM_ROOT:-$STATE/root}
-REST_PORT=${SLURM_REST_PORT:-6820}
+# shellcheck source=tests/real_slurm/slurm_lib.sh
+. "$HERE/slurm_lib.sh"
+slurm_release_defaults "$REPO"   # RELEASE STATE ROOT SUITE EXPECT_VERSION *_PORT DATA_PARSERS
 REST_ADDR=127.0.0.1:$REST_PORT
 MIN_JOB_AGE=${SLURM_MIN_JOB_AGE:-10}
 NODE_CPUS=${SLURM_CPUS:-8}
 JOB_USER=${SLURM_JOB_USER:-ciuser}
 JOB_UID=${SLURM_JOB_UID:-2000}
 TOKEN_LIFESPAN=${SLURM_TOKEN_LIFESPAN:-14400}
-DATA_PARSERS=${SLURM_REST_DATA_PARSERS:-v0.0.40,v0.0.41,v0.0.42}
 MIRROR=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
-SUITE=${DEBIAN_SUITE:-trixie}
 CLUSTER=ci
 ACCOUNT=ci
 PARTITION=debug
 DB_PASS=slurmdbpass   # socket-only MariaDB inside the chroot; not a secret
-PING_API=v0.0.42      # any served version would do for readiness checks
+PING_API=v0.0.42      # served by both releases; any served version would do for readiness checks
 
 EXIT_CANNOT_RUN=77
 # A SLURM_JWT in the environment switches every Slurm program started from here,
@@ -55,19 +67,23 @@ unset SLURM_JWT
 LOGS=$STATE/logs
 RUNDIR=/run/slurm-ci  # inside the chroot; a tmpfs, so stale PID files cannot outlive a stop
 TIMINGS=$STATE/timings.txt
+STARTED=()   # "name pidfile" of each daemon this run started, in start order
+MOUNTED=0    # 1 once this run has mounted anything into the chroot
 
 log() { echo "[start_slurm $(date +%T)] $*"; }
+running() { in_chroot_pid "$(readpid "$ROOT$1")"; }   # running CHROOT_PIDFILE
 dump_logs() {
     local f
     for f in "$ROOT"/var/log/slurm/*.log "$LOGS"/*.out; do
         if [ -s "$f" ]; then echo "---- tail $f" >&2; tail -n 15 "$f" >&2; fi
     done
 }
-die() { echo "[start_slurm $(date +%T)] FATAL: $*" >&2; dump_logs; exit 1; }
+die() { echo "[start_slurm $(date +%T)] FATAL: $*" >&2; dump_logs; clean_up_after_failure; exit 1; }
 cannot_run() {
     echo "[start_slurm $(date +%T)] CANNOT RUN HERE: $*" >&2
     echo "[start_slurm] (exit $EXIT_CANNOT_RUN: this machine cannot host the test cluster;" \
          "set SLURMAPI_SKIP_REAL_SLURM=1 to skip tests/real_slurm)" >&2
+    clean_up_after_failure
     exit $EXIT_CANNOT_RUN
 }
 on_err() {
@@ -75,9 +91,38 @@ on_err() {
     trap - ERR
     echo "[start_slurm] FATAL: command failed (rc=$rc) at line $line: $BASH_COMMAND" >&2
     dump_logs
+    clean_up_after_failure
     exit 1
 }
+on_signal() {
+    echo "[start_slurm $(date +%T)] FATAL: interrupted by SIG$1" >&2
+    clean_up_after_failure
+    exit 1
+}
+# Every failure path ends here: stop what this run started, newest first, and once no daemon is
+# left in the chroot, whatever else runs there and the chroot's mounts. Daemons that were already
+# up before this run (a cluster being re-started) are left as they were.
+clean_up_after_failure() {
+    local i entry others=() f
+    trap - ERR INT TERM HUP
+    set +e
+    for ((i = ${#STARTED[@]} - 1; i >= 0; i--)); do
+        entry=${STARTED[i]}
+        stop_pid "${entry% *}" "${entry#* }"
+    done
+    for f in "${DAEMON_PIDFILES[@]}"; do running "$f" && others+=("$f"); done
+    if [ ${#others[@]} -gt 0 ]; then
+        [ ${#STARTED[@]} -gt 0 ] || [ $MOUNTED = 1 ] &&
+            log "left running (up before this run): ${others[*]}; stop_slurm.sh stops them"
+    elif [ ${#STARTED[@]} -gt 0 ] || [ $MOUNTED = 1 ]; then
+        stop_leftovers
+        unmount_chroot && log "cleaned up after the failure: nothing of this run is left running or mounted"
+        rm -f "$STATE/slurm.env"
+    fi
+    set -e
+}
 trap 'on_err $LINENO' ERR
+for sig in INT TERM HUP; do trap "on_signal $sig" "$sig"; done
 
 # --------------------------------------------------------------------------
 # What the machine must allow.  Checked before anything is built, so a
@@ -96,6 +141,24 @@ umount "$probe_dir"; rmdir "$probe_dir"
 exec 9>"$STATE/.lock"
 flock -w 300 9 || die "another start/stop_slurm.sh holds $STATE/.lock"
 
+# Each daemon's port must be free unless that daemon is ours and up: checked before anything is built,
+# so a port another Slurm holds fails in a second, naming that program.
+check_port() {  # name port knob chroot-pidfile
+    local holder
+    running "$4" && return 0
+    holder=$(port_holder "$2")
+    [ -z "$holder" ] || die "port $2 for $1 (knob $3) is taken by $holder. Stop that program, or give" \
+        "this cluster free ports with SLURM_CTLD_PORT, SLURMD_PORT, SLURMDBD_PORT and SLURM_REST_PORT" \
+        "(SLURM_RELEASE=26.05 defaults to 6837-6840, so it runs beside 24.11 on 6817-6820)."
+}
+check_ports() {
+    check_port slurmctld "$CTLD_PORT" SLURM_CTLD_PORT /run/slurm/slurmctld.pid
+    check_port slurmd "$SLURMD_PORT" SLURMD_PORT /run/slurm/slurmd.pid
+    check_port slurmdbd "$DBD_PORT" SLURMDBD_PORT /run/slurm/slurmdbd.pid
+    check_port slurmrestd "$REST_PORT" SLURM_REST_PORT $RUNDIR/slurmrestd.pid
+}
+check_ports
+
 T_START=$(date +%s.%N)
 phase_t0=0
 since()       { awk -v a="$1" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }'; }
@@ -104,22 +167,17 @@ phase_end()   { printf '%-26s %6s s\n' "$1" "$(since "$phase_t0")" | tee -a "$TI
 echo "# start_slurm.sh $(date -Is)" > "$TIMINGS"
 
 in_root() { chroot "$ROOT" "$@"; }
-readpid() { [ -s "$1" ] && tr -dc '0-9' < "$1" || true; }
-# A PID counts only if that process lives in our chroot: guards against stale
-# PID files and reused PIDs (we never signal anything by name).
-in_chroot_pid() {
-    local pid=$1
-    [ -n "$pid" ] && [ -d "/proc/$pid" ] || return 1
-    [ "$(readlink "/proc/$pid/root" 2>/dev/null)" = "$(readlink -f "$ROOT")" ]
-}
-running() { in_chroot_pid "$(readpid "$ROOT$1")"; }
-wait_for() {  # [--pid CHROOT_PIDFILE] desc timeout_s cmd...  (--pid: fail fast if it dies)
-    local pidf="" desc t i
+wait_for() {  # [--pid CHROOT_PIDFILE [--port PORT]] desc timeout_s cmd...  (--pid: fail fast if it dies)
+    local pidf="" port="" desc t i holder
     if [ "$1" = --pid ]; then pidf=$2; shift 2; fi
+    if [ "$1" = --port ]; then port=$2; shift 2; fi
     desc=$1 t=$2; shift 2
     for ((i = 0; i < t * 4; i++)); do
         if "$@" >/dev/null 2>&1; then log "$desc: ready after ~$((i / 4))s"; return 0; fi
         if [ -n "$pidf" ] && [ $i -ge 8 ] && ! running "$pidf"; then
+            holder=""
+            [ -z "$port" ] || holder=$(port_holder "$port")
+            [ -z "$holder" ] || die "$desc: process exited during start-up: its port $port is taken by $holder"
             die "$desc: process exited during start-up"
         fi
         sleep 0.25
@@ -185,6 +243,7 @@ mount_if() {  # target mount-args...
     local tgt=$ROOT/$1; shift
     mountpoint -q "$tgt" && return 0
     mkdir -p "$tgt"
+    MOUNTED=1
     mount "$@" "$tgt"
 }
 mount_if proc    -t proc proc
@@ -208,6 +267,8 @@ if [ ! -e "$STAMP" ]; then
     # never let package scripts start services: we start every daemon ourselves
     printf '#!/bin/sh\nexit 101\n' > "$ROOT/usr/sbin/policy-rc.d"; chmod 755 "$ROOT/usr/sbin/policy-rc.d"
     APT=(env DEBIAN_FRONTEND=noninteractive apt-get -q -o Acquire::Retries=3)
+    # sid's Release file is often past its Valid-Until date (the archive is signed; only freshness is waived)
+    case "$SUITE" in sid|unstable) APT+=(-o Acquire::Check-Valid-Until=false) ;; esac
     ok=0
     for attempt in 1 2 3; do
         # shellcheck disable=SC2086
@@ -221,7 +282,7 @@ if [ ! -e "$STAMP" ]; then
     touch "$STAMP"
 fi
 SLURM_VERSION=$(in_root slurmctld -V | awk '{print $2}')
-case "$SLURM_VERSION" in 24.11.*) ;; *) die "expected Slurm 24.11, the chroot has '$SLURM_VERSION'";; esac
+case "$SLURM_VERSION" in "$EXPECT_VERSION".*) ;; *) die "expected Slurm $EXPECT_VERSION (SLURM_RELEASE), the chroot ($SUITE) has '$SLURM_VERSION'";; esac
 phase_end "chroot packages"
 
 # --------------------------------------------------------------------------
@@ -237,10 +298,7 @@ in_root getent passwd slurmrestd >/dev/null || in_root useradd -r -M -d /nonexis
 
 any_daemon_running() {
     local f
-    for f in /run/slurm/slurmctld.pid /run/slurm/slurmd.pid /run/slurm/slurmdbd.pid \
-             /run/munge/munged.pid $RUNDIR/mariadbd.pid $RUNDIR/slurmrestd.pid; do
-        running "$f" && return 0
-    done
+    for f in "${DAEMON_PIDFILES[@]}"; do running "$f" && return 0; done
     return 1
 }
 commit_conf() {  # new-file dest: install it, but never change config under running daemons
@@ -261,8 +319,8 @@ AuthType=auth/munge
 CredType=cred/munge
 AuthAltTypes=auth/jwt
 AuthAltParameters=jwt_key=/etc/slurm/jwt_hs256.key
-SlurmctldPort=6817
-SlurmdPort=6818
+SlurmctldPort=$CTLD_PORT
+SlurmdPort=$SLURMD_PORT
 StateSaveLocation=/var/lib/slurm/slurmctld
 SlurmdSpoolDir=/var/lib/slurm/slurmd
 SlurmctldPidFile=/run/slurm/slurmctld.pid
@@ -289,7 +347,7 @@ MailProg=/bin/true
 JobCompType=jobcomp/none
 AccountingStorageType=accounting_storage/slurmdbd
 AccountingStorageHost=localhost
-AccountingStoragePort=6819
+AccountingStoragePort=$DBD_PORT
 JobAcctGatherType=jobacct_gather/linux
 JobAcctGatherFrequency=30
 # The node claims $NODE_CPUS CPUs whatever the machine has, so a few test jobs
@@ -312,7 +370,7 @@ AuthType=auth/munge
 AuthAltTypes=auth/jwt
 AuthAltParameters=jwt_key=/etc/slurm/jwt_hs256.key
 DbdHost=localhost
-DbdPort=6819
+DbdPort=$DBD_PORT
 SlurmUser=slurm
 DebugLevel=info
 LogFile=/var/log/slurm/slurmdbd.log
@@ -329,17 +387,23 @@ chmod 0600 "$ROOT/etc/slurm/slurmdbd.conf"
 cat > "$ROOT/etc/mysql/mariadb.conf.d/99-slurm-ci.cnf" <<'EOF'
 [mariadbd]
 skip-networking
-socket = /run/mysqld/mysqld.sock
 innodb_buffer_pool_size = 128M
 innodb_lock_wait_timeout = 900
 max_allowed_packet = 16M
 EOF
+# MariaDB's socket and data dir as the chroot's MariaDB has them: the server and slurmdbd's client
+# library agree on the socket only at the Debian default (slurmdbd.conf has no socket option).
+# trixie (10.11): /run/mysqld/mysqld.sock, /var/lib/mysql; sid (11.8): /run/mariadbd/..., /var/lib/mariadb.
+DB_SOCKET=$(in_root my_print_defaults client-server | sed -n 's/^--socket=//p' | tail -n 1)
+DB_SOCKET=${DB_SOCKET:-/run/mysqld/mysqld.sock}
+DB_DATADIR=$(in_root mariadbd --verbose --help 2>/dev/null | awk '$1 == "datadir" { print $2 }')
+[ -n "$DB_DATADIR" ] || die "cannot tell mariadbd's data directory (mariadbd --verbose --help)"
 # /run is a fresh tmpfs after every mount: recreate the runtime dirs
 in_root sh -ec "
-  mkdir -p /run/slurm /run/munge /run/mysqld $RUNDIR /var/log/slurm /var/lib/slurm/slurmctld /var/lib/slurm/slurmd
+  mkdir -p /run/slurm /run/munge $(dirname "$DB_SOCKET") $RUNDIR /var/log/slurm /var/lib/slurm/slurmctld /var/lib/slurm/slurmd
   chown slurm:slurm /run/slurm /var/log/slurm /var/lib/slurm/slurmctld
   chown munge:munge /run/munge; chmod 0755 /run/munge
-  chown mysql:mysql /run/mysqld"
+  chown mysql:mysql $(dirname "$DB_SOCKET")"
 phase_end "configure"
 
 # --------------------------------------------------------------------------
@@ -348,38 +412,40 @@ phase_end "configure"
 # our stdout through a pipe (or the next run waiting for the lock) would
 # otherwise wait for them forever.
 phase_begin
-spawn() {  # log-name cmd...   (for daemons that fork into the background)
-    local name=$1; shift
+spawn() {  # log-name chroot-pidfile cmd...   (for daemons that fork into the background)
+    local name=$1 pidf=$2; shift 2
+    STARTED+=("$name $pidf")   # before it runs: a failure while it starts still stops it
     "$@" </dev/null >>"$LOGS/$name.out" 2>&1 9>&-
 }
 spawn_fg() {  # log-name chroot-pidfile cmd...   (for daemons that stay in the foreground)
     local name=$1 pidf=$2; shift 2
+    STARTED+=("$name $pidf")
     # setsid: its own session, so a Ctrl-C in the caller's terminal does not reach it
     setsid "$@" </dev/null >>"$LOGS/$name.out" 2>&1 9>&- &
     echo $! > "$ROOT$pidf"
 }
 if ! running /run/munge/munged.pid; then
-    spawn munged in_root setpriv --reuid=munge --regid=munge --init-groups /usr/sbin/munged
+    spawn munged /run/munge/munged.pid in_root setpriv --reuid=munge --regid=munge --init-groups /usr/sbin/munged
 fi
 wait_for --pid /run/munge/munged.pid "munged" 20 sh -c "chroot '$ROOT' munge -n | chroot '$ROOT' unmunge"
 
 if ! running $RUNDIR/mariadbd.pid; then
-    if [ ! -d "$ROOT/var/lib/mysql/mysql" ]; then
+    if [ ! -d "$ROOT$DB_DATADIR/mysql" ]; then
         in_root mariadb-install-db --user=mysql >"$LOGS/mariadb-install-db.log" 2>&1
     fi
     spawn_fg mariadbd $RUNDIR/mariadbd.pid chroot "$ROOT" /usr/sbin/mariadbd --user=mysql
 fi
-wait_for --pid $RUNDIR/mariadbd.pid "mariadbd" 60 chroot "$ROOT" mariadb-admin --socket=/run/mysqld/mysqld.sock ping
-in_root mariadb --socket=/run/mysqld/mysqld.sock -e "
+wait_for --pid $RUNDIR/mariadbd.pid "mariadbd" 60 chroot "$ROOT" mariadb-admin --socket=$DB_SOCKET ping
+in_root mariadb --socket=$DB_SOCKET -e "
     CREATE DATABASE IF NOT EXISTS slurm_acct_db;
     CREATE USER IF NOT EXISTS 'slurm'@'localhost' IDENTIFIED BY '$DB_PASS';
     GRANT ALL ON slurm_acct_db.* TO 'slurm'@'localhost';
     FLUSH PRIVILEGES;"
 
 if ! running /run/slurm/slurmdbd.pid; then
-    spawn slurmdbd in_root slurmdbd
+    spawn slurmdbd /run/slurm/slurmdbd.pid in_root slurmdbd
 fi
-wait_for --pid /run/slurm/slurmdbd.pid "slurmdbd" 90 chroot "$ROOT" sacctmgr -n show cluster
+wait_for --pid /run/slurm/slurmdbd.pid --port "$DBD_PORT" "slurmdbd" 90 chroot "$ROOT" sacctmgr -n show cluster
 if [ -z "$(in_root sacctmgr -n -P show cluster "$CLUSTER" format=cluster)" ]; then
     # The cluster must exist in the database before slurmctld first starts;
     # state saved against another (or no) database makes slurmctld die with
@@ -393,21 +459,19 @@ fi
     in_root sacctmgr -i add user "$JOB_USER" Account="$ACCOUNT" Cluster="$CLUSTER" >/dev/null
 
 if ! running /run/slurm/slurmctld.pid; then
-    spawn slurmctld in_root slurmctld
+    spawn slurmctld /run/slurm/slurmctld.pid in_root slurmctld
 fi
-wait_for --pid /run/slurm/slurmctld.pid "slurmctld" 60 sh -c "chroot '$ROOT' scontrol ping | grep -q 'is UP'"
+wait_for --pid /run/slurm/slurmctld.pid --port "$CTLD_PORT" "slurmctld" 60 sh -c "chroot '$ROOT' scontrol ping | grep -q 'is UP'"
 
 if ! running /run/slurm/slurmd.pid; then
     # node name 'localhost' whatever the machine is called
-    spawn slurmd in_root slurmd -N localhost
+    spawn slurmd /run/slurm/slurmd.pid in_root slurmd -N localhost
 fi
-wait_for --pid /run/slurm/slurmd.pid "slurmd/node" 60 \
+wait_for --pid /run/slurm/slurmd.pid --port "$SLURMD_PORT" "slurmd/node" 60 \
     sh -c "chroot '$ROOT' sinfo -h -n localhost -o %t | grep -Eqx 'idle|mix|alloc|comp'"
 
 if ! running $RUNDIR/slurmrestd.pid; then
-    if (exec 3<>"/dev/tcp/127.0.0.1/$REST_PORT") 2>/dev/null; then
-        die "port $REST_PORT on 127.0.0.1 is taken by another program; pick another with SLURM_REST_PORT"
-    fi
+    check_ports   # again: another program may have taken one since the first check
     # slurmrestd refuses to run as root or SlurmUser, hence its own user;
     # SLURM_JWT=daemon makes it pass each client's token on to slurmctld/slurmdbd.
     spawn_fg slurmrestd $RUNDIR/slurmrestd.pid \
@@ -422,7 +486,7 @@ REST_URL=http://$REST_ADDR
 rest_ok() {
     in_root curl -sf -o /dev/null -H "X-SLURM-USER-NAME: $JOB_USER" -H "X-SLURM-USER-TOKEN: $TOKEN" "$REST_URL$1"
 }
-wait_for --pid $RUNDIR/slurmrestd.pid "slurmrestd" 30 rest_ok "/slurm/$PING_API/ping/"
+wait_for --pid $RUNDIR/slurmrestd.pid --port "$REST_PORT" "slurmrestd" 30 rest_ok "/slurm/$PING_API/ping/"
 wait_for "slurmrestd /slurmdb" 30 rest_ok "/slurmdb/$PING_API/ping/"
 phase_end "daemons"
 
@@ -439,6 +503,7 @@ SLURM_STATE_DIR='$(readlink -f "$STATE")'
 SLURM_PARTITION='$PARTITION'
 SLURM_CLUSTER='$CLUSTER'
 SLURM_ACCOUNT='$ACCOUNT'
+SLURM_RELEASE='$RELEASE'
 SLURM_VERSION='$SLURM_VERSION'
 SLURM_API_VERSIONS='$DATA_PARSERS'
 SLURM_MIN_JOB_AGE='$MIN_JOB_AGE'
