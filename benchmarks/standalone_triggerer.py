@@ -297,7 +297,7 @@ def calls_between(log: Path, start: float, end: float) -> list[tuple[float, str]
 
 
 def main(n: int = 500, interval: float = 5.0, spread: float = 120.0, asyncio_debug: bool = False) -> None:
-    from airflow_provider_slurmapi.api.jobs import JobSpec
+    from airflow_provider_slurmapi.api.spec import JobSpec
     from tests.standalone.harness import airflow_major, run_emulator, run_standalone, wait_for
 
     if airflow_major() < 3:

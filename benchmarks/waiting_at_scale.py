@@ -164,7 +164,7 @@ def measure(mode: str, n: int, interval: float, spread: float, probe_hz: float) 
 
     from airflow_provider_slurmapi.api.auth import TokenSource
     from airflow_provider_slurmapi.api.client import AsyncSlurmJobApiClient
-    from airflow_provider_slurmapi.api.jobs import JobSpec
+    from airflow_provider_slurmapi.api.spec import JobSpec
     from airflow_provider_slurmapi.hooks.slurmapi import SlurmJobApiHook
     from airflow_provider_slurmapi.triggers.slurmapi import SlurmJobTrigger
 
@@ -432,7 +432,7 @@ def round_trip(emu: EmulatorProcess, repeats: int = 200) -> tuple[float, float]:
     os.environ["AIRFLOW_CONN_SLURMAPI_DEFAULT"] = emu.conn
     import requests
 
-    from airflow_provider_slurmapi.api.jobs import JobSpec
+    from airflow_provider_slurmapi.api.spec import JobSpec
     from airflow_provider_slurmapi.hooks.slurmapi import SlurmJobApiHook
 
     hook = SlurmJobApiHook()

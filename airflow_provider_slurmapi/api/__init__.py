@@ -4,7 +4,7 @@ Usable on its own from a notebook or a script::
 
     from airflow_provider_slurmapi.api.client import SlurmJobApiClient
     from airflow_provider_slurmapi.api.envelope import ClusterRef
-    from airflow_provider_slurmapi.api.jobs import JobSpec
+    from airflow_provider_slurmapi.api.spec import JobSpec
 
     with SlurmJobApiClient(ClusterRef("my-project", "us-central1", "my-cluster")) as client:
         spec = JobSpec.build("#!/bin/bash\\necho hi", {"current_working_directory": "/home/me"})

@@ -33,8 +33,10 @@ from airflow_provider_slurmapi.api.errors import (
 )
 from airflow_provider_slurmapi.api.fields import DEFAULT_TIMEOUT
 from airflow_provider_slurmapi.api.identity import TaskIdentity
-from airflow_provider_slurmapi.api.jobs import JobSpec, JobState, SlurmJob
+from airflow_provider_slurmapi.api.jobs import SlurmJob
 from airflow_provider_slurmapi.api.reattach import SubmitOutcome, submit_once
+from airflow_provider_slurmapi.api.spec import JobSpec
+from airflow_provider_slurmapi.api.states import JobState
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

@@ -10,7 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from airflow_provider_slurmapi.api.jobs import JobState, SlurmJob
+from airflow_provider_slurmapi.api.jobs import SlurmJob
+from airflow_provider_slurmapi.api.states import JobState
 from airflow_provider_slurmapi.api.watch import failure_error, outcome_text
 
 SUCCESS, FAILED, TIMEOUT, ERROR, REACHED = "success", "failed", "timeout", "error", "reached"

@@ -27,16 +27,10 @@ from airflow_provider_slurmapi.api.errors import (
     SlurmMessage,
     format_messages,
 )
-from airflow_provider_slurmapi.api.jobs import (
-    JobSpec,
-    JobState,
-    SlurmArrayJob,
-    SlurmJob,
-    array_tasks,
-    merge_task_records,
-    obj,
-    seq,
-)
+from airflow_provider_slurmapi.api.jobs import SlurmArrayJob, SlurmJob, array_tasks, merge_task_records
+from airflow_provider_slurmapi.api.shapes import obj, seq
+from airflow_provider_slurmapi.api.spec import JobSpec
+from airflow_provider_slurmapi.api.states import JobState
 
 T = TypeVar("T")
 Operation = Generator[Call, SlurmReply, T]

@@ -32,7 +32,7 @@ from airflow_provider_slurmapi.api.errors import (
     fate_unknown,
 )
 from airflow_provider_slurmapi.api.identity import TaskIdentity
-from airflow_provider_slurmapi.api.jobs import JobSpec, SlurmArrayJob, SlurmJob
+from airflow_provider_slurmapi.api.jobs import SlurmArrayJob, SlurmJob
 from airflow_provider_slurmapi.api.operations import (
     Operation,
     cancel_job,
@@ -41,6 +41,7 @@ from airflow_provider_slurmapi.api.operations import (
     list_jobs,
     submit_job,
 )
+from airflow_provider_slurmapi.api.spec import JobSpec
 
 log = logging.getLogger(__name__)
 

@@ -1,11 +1,13 @@
-"""Slurm's job-state names and the wait's defaults: cheap to import, nothing else loaded.
+"""Slurm's job states (:class:`JobState`, the state names) and the wait's defaults: cheap to import.
 
 A DAG file builds sensors and operators whose constructors check states and take these defaults, so
-they live here, away from the job model (``api.jobs`` and ``api.watch`` still import them from here,
-so their old import paths keep working) and the clients.
+they live here, away from the job records (``api.jobs``) and the clients.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
 
 BASE_STATES = frozenset(
     {
@@ -34,3 +36,47 @@ DEFAULT_ERROR_BUDGET = 10
 # Seconds a job id a sensor watches may be in neither the queue nor accounting before the sensor fails
 # saying the id is unknown: room for a job submitted elsewhere a moment ago, not yet recorded.
 UNKNOWN_JOB_GRACE = 120.0
+
+
+@dataclass(frozen=True)
+class JobState:
+    """A Slurm job state: one base state plus flags, e.g. ``["CANCELLED", "COMPLETING"]``."""
+
+    base: str
+    flags: frozenset[str] = frozenset()
+
+    @classmethod
+    def parse(cls, value: Any) -> JobState:
+        """From a v0.0.40+ list, or an older/slurmdb string such as ``"CANCELLED by 1000"``."""
+        if isinstance(value, str):
+            items = [value.split()[0]] if value.strip() else []
+        elif isinstance(value, (list, tuple)):
+            items = [str(v).strip().upper() for v in value if str(v).strip()]
+        else:
+            items = []
+        items = [i.rstrip("+") for i in items]
+        base = next((i for i in items if i in BASE_STATES), items[0] if items else "UNKNOWN")
+        return cls(base=base, flags=frozenset(i for i in items if i != base))
+
+    @property
+    def is_terminal(self) -> bool:
+        """Slurm's own rule: a terminal base state with none of COMPLETING/REQUEUED/STAGE_OUT set."""
+        return self.base in TERMINAL_STATES and not (self.flags & UNSETTLED_FLAGS)
+
+    @property
+    def is_success(self) -> bool:
+        return self.is_terminal and self.base == "COMPLETED"
+
+    @property
+    def is_retryable_failure(self) -> bool:
+        return self.is_terminal and self.base in RETRYABLE_STATES
+
+    @property
+    def is_pending(self) -> bool:
+        return self.base == "PENDING" or bool(self.flags & {"REQUEUED", "REQUEUE_HOLD"})
+
+    def as_list(self) -> list[str]:
+        return [self.base, *sorted(self.flags)]
+
+    def __str__(self) -> str:
+        return "+".join(self.as_list())

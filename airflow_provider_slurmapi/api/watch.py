@@ -10,8 +10,8 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from airflow_provider_slurmapi.api.errors import SlurmJobApiError, SlurmJobFailedError, SlurmJobNotFoundError
-from airflow_provider_slurmapi.api.jobs import JobState, SlurmArrayJob, SlurmJob
-from airflow_provider_slurmapi.api.states import DEFAULT_ERROR_BUDGET
+from airflow_provider_slurmapi.api.jobs import SlurmArrayJob, SlurmJob
+from airflow_provider_slurmapi.api.states import DEFAULT_ERROR_BUDGET, JobState
 
 # How many failed tasks of an array an error names one by one (the rest are counted).
 MAX_TASKS_NAMED = 10

@@ -15,8 +15,9 @@ from airflow_provider_slurmapi.api.connection import ConnectionSettings, setting
 from airflow_provider_slurmapi.api.errors import SlurmJobApiError, SlurmJobWaitTimeoutError
 from airflow_provider_slurmapi.api.fields import CONNECTION_FIELDS, DEFAULT_CONN_ID, SECRET_FIELDS, ui_field_behaviour
 from airflow_provider_slurmapi.api.identity import TaskIdentity
-from airflow_provider_slurmapi.api.jobs import JobSpec, SlurmJob
+from airflow_provider_slurmapi.api.jobs import SlurmJob
 from airflow_provider_slurmapi.api.reattach import SubmitOutcome
+from airflow_provider_slurmapi.api.spec import JobSpec
 from airflow_provider_slurmapi.api.states import DEFAULT_ERROR_BUDGET
 from airflow_provider_slurmapi.api.watch import Deadline, JobWatch, outcome_text
 

@@ -33,7 +33,8 @@ from airflow_provider_slurmapi.api.errors import (
 )
 from airflow_provider_slurmapi.api.events import FAILED, SUCCESS, TIMEOUT, JobEvent
 from airflow_provider_slurmapi.api.identity import TaskIdentity, TaskTry, tagged_comment, task_instance_tag
-from airflow_provider_slurmapi.api.jobs import JobSpec, SlurmJob
+from airflow_provider_slurmapi.api.jobs import SlurmJob
+from airflow_provider_slurmapi.api.spec import JobSpec
 from airflow_provider_slurmapi.api.watch import failure_error, outcome_text
 from airflow_provider_slurmapi.hooks.slurmapi import SlurmJobApiHook, default_deferrable
 from airflow_provider_slurmapi.links.slurmapi import SlurmJobLink

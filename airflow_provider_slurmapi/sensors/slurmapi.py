@@ -16,8 +16,7 @@ from airflow.providers.common.compat.sdk import (
 from airflow_provider_slurmapi.api import checks
 from airflow_provider_slurmapi.api.errors import SlurmJobApiError, SlurmJobNotFoundError, SlurmJobSpecError
 from airflow_provider_slurmapi.api.events import ERROR, TIMEOUT, JobEvent
-from airflow_provider_slurmapi.api.jobs import JobState
-from airflow_provider_slurmapi.api.states import TERMINAL_STATES, UNKNOWN_JOB_GRACE
+from airflow_provider_slurmapi.api.states import TERMINAL_STATES, UNKNOWN_JOB_GRACE, JobState
 from airflow_provider_slurmapi.api.watch import outcome_text
 from airflow_provider_slurmapi.hooks.slurmapi import SlurmJobApiHook, default_deferrable
 from airflow_provider_slurmapi.links.slurmapi import SlurmJobLink

@@ -26,8 +26,9 @@ from typing import Any
 from airflow_provider_slurmapi.api import versions
 from airflow_provider_slurmapi.api.client import AsyncSlurmJobApiClient
 from airflow_provider_slurmapi.api.errors import GoogleApiError, SlurmApiError, SlurmJobApiError, SlurmJobSpecError
-from airflow_provider_slurmapi.api.jobs import JobState, SlurmArrayJob, SlurmJob
+from airflow_provider_slurmapi.api.jobs import SlurmArrayJob, SlurmJob
 from airflow_provider_slurmapi.api.operations import accounted_jobs, states_in_queue
+from airflow_provider_slurmapi.api.states import JobState
 
 log = logging.getLogger(__name__)
 

@@ -10,7 +10,7 @@ CWD = "/home/tester"
 
 
 def test_job_page_shows_state_exit_code_and_output(slurmapi_emulator: SlurmJobApiEmulator) -> None:
-    from airflow_provider_slurmapi.api.jobs import JobSpec
+    from airflow_provider_slurmapi.api.spec import JobSpec
     from airflow_provider_slurmapi.hooks.slurmapi import SlurmJobApiHook
 
     job_id = (

@@ -83,7 +83,7 @@ def test_bad_array_spec_fails_before_sending(emu):
 def test_trigger_waits_for_whole_arrays_beside_a_plain_job(emu, coalesce):
     import asyncio
 
-    from airflow_provider_slurmapi.api.jobs import JobSpec
+    from airflow_provider_slurmapi.api.spec import JobSpec
     from airflow_provider_slurmapi.hooks.slurmapi import SlurmJobApiHook
     from airflow_provider_slurmapi.triggers.poller import SharedJobPoller
     from airflow_provider_slurmapi.triggers.slurmapi import SlurmJobTrigger

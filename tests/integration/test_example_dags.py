@@ -7,7 +7,7 @@ from types import ModuleType
 
 import pytest
 
-from airflow_provider_slurmapi.api.jobs import JobSpec
+from airflow_provider_slurmapi.api.spec import JobSpec
 from airflow_provider_slurmapi.hooks.slurmapi import SlurmJobApiHook
 from airflow_provider_slurmapi.version_compat import AIRFLOW_V_3_0_PLUS
 from tests.fixtures import load_module

@@ -124,7 +124,7 @@ def test_a_retry_reattaches_to_the_completed_job_and_a_clear_runs_it_again(emu):
     _, first = run("reattach")
     job_id = first["train"].xcom_pull(task_ids="train")
     from airflow_provider_slurmapi.api.identity import TaskIdentity, TaskTry
-    from airflow_provider_slurmapi.api.jobs import JobSpec
+    from airflow_provider_slurmapi.api.spec import JobSpec
     from airflow_provider_slurmapi.hooks.slurmapi import SlurmJobApiHook
 
     # The job is named after its task instance; its comment says so to people reading squeue.

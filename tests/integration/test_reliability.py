@@ -6,7 +6,7 @@ import pytest
 
 from airflow_provider_slurmapi.api.errors import SlurmJobApiError
 from airflow_provider_slurmapi.api.identity import TaskIdentity, TaskTry
-from airflow_provider_slurmapi.api.jobs import JobSpec
+from airflow_provider_slurmapi.api.spec import JobSpec
 from airflow_provider_slurmapi.hooks.slurmapi import SlurmJobApiHook
 
 CWD = "/home/tester"

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from airflow.providers.common.compat.sdk import AirflowFailException
 
-from airflow_provider_slurmapi.api.jobs import JobSpec
+from airflow_provider_slurmapi.api.spec import JobSpec
 from airflow_provider_slurmapi.hooks.slurmapi import SlurmJobApiHook
 from airflow_provider_slurmapi.sensors.slurmapi import SlurmJobSensor
 from airflow_provider_slurmapi.version_compat import AIRFLOW_V_3_3_PLUS

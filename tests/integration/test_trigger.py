@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from airflow_provider_slurmapi.api.jobs import JobSpec
+from airflow_provider_slurmapi.api.spec import JobSpec
 from airflow_provider_slurmapi.api.watch import UNRECORDED_GRACE
 from airflow_provider_slurmapi.hooks.slurmapi import SlurmJobApiHook
 from airflow_provider_slurmapi.triggers.poller import SharedJobPoller

@@ -18,7 +18,8 @@ from typing import Any
 
 import pytest
 
-from airflow_provider_slurmapi.api.jobs import JobSpec, SlurmJob
+from airflow_provider_slurmapi.api.jobs import SlurmJob
+from airflow_provider_slurmapi.api.spec import JobSpec
 from airflow_provider_slurmapi.emulator import SlurmJobApiEmulator
 from airflow_provider_slurmapi.hooks.slurmapi import SlurmJobApiHook
 

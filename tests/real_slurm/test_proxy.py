@@ -18,7 +18,8 @@ from google.auth.transport.requests import AuthorizedSession
 from google.oauth2 import service_account
 
 from airflow_provider_slurmapi.api.errors import SlurmRequestRejectedError
-from airflow_provider_slurmapi.api.jobs import JobSpec, SlurmJob
+from airflow_provider_slurmapi.api.jobs import SlurmJob
+from airflow_provider_slurmapi.api.spec import JobSpec
 from airflow_provider_slurmapi.emulator import SlurmJobApiEmulator
 from airflow_provider_slurmapi.emulator.app import ProxyModeError
 from airflow_provider_slurmapi.hooks.slurmapi import SlurmJobApiHook

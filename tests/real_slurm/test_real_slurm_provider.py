@@ -9,7 +9,7 @@ import time
 import pytest
 
 from airflow_provider_slurmapi.api.errors import SlurmRequestRejectedError
-from airflow_provider_slurmapi.api.jobs import JobSpec
+from airflow_provider_slurmapi.api.spec import JobSpec
 from airflow_provider_slurmapi.api.watch import failure_error
 from airflow_provider_slurmapi.hooks.slurmapi import SlurmJobApiHook
 from airflow_provider_slurmapi.triggers.slurmapi import SlurmJobTrigger

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from airflow_provider_slurmapi.api.ended import EndedJobFilter
-from airflow_provider_slurmapi.api.jobs import JobSpec
+from airflow_provider_slurmapi.api.spec import JobSpec
 from tests.standalone.dags.job_event_dags import DAG_ID, NAME_PREFIX
 from tests.standalone.harness import Standalone, airflow_major, wait_for
 

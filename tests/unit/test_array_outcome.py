@@ -10,9 +10,10 @@ import pytest
 from airflow_provider_slurmapi.api import operations as ops
 from airflow_provider_slurmapi.api.envelope import SlurmReply
 from airflow_provider_slurmapi.api.identity import TaskIdentity
-from airflow_provider_slurmapi.api.jobs import JobState, SlurmArrayJob, SlurmJob, array_task_count
+from airflow_provider_slurmapi.api.jobs import SlurmArrayJob, SlurmJob, array_task_count
 from airflow_provider_slurmapi.api.operations import accounted_jobs
 from airflow_provider_slurmapi.api.reattach import find_task_jobs, reusable
+from airflow_provider_slurmapi.api.states import JobState
 from airflow_provider_slurmapi.api.watch import JobWatch, failure_error, outcome_text
 from tests.fixtures import drive_op, recorded_array
 

@@ -13,7 +13,8 @@ from airflow_provider_slurmapi.api import operations as ops
 from airflow_provider_slurmapi.api.connection import settings_from_extra
 from airflow_provider_slurmapi.api.envelope import Call, ClusterRef, SlurmReply, encode_envelope, parse_reply
 from airflow_provider_slurmapi.api.errors import SlurmApiError, SlurmJobApiError, SlurmJobSpecError
-from airflow_provider_slurmapi.api.jobs import JobSpec, SlurmJob
+from airflow_provider_slurmapi.api.jobs import SlurmJob
+from airflow_provider_slurmapi.api.spec import JobSpec
 
 OK = "#!/bin/bash\ntrue\n"
 CWD = {"current_working_directory": "/home/u"}

@@ -68,7 +68,7 @@ def test_direct_connection_errors_name_the_field(extra, field):
 def test_the_size_check_before_a_submit_is_the_targets_own():
     from airflow_provider_slurmapi.api.client import SlurmJobApiClient
     from airflow_provider_slurmapi.api.envelope import ClusterRef
-    from airflow_provider_slurmapi.api.jobs import JobSpec
+    from airflow_provider_slurmapi.api.spec import JobSpec
 
     spec = JobSpec.build("#!/bin/bash\n" + "#" * 1_100_000, {"current_working_directory": "/h"})
     SlurmJobApiClient(REF, api_version="auto").check_submit(spec)  # slurmrestd takes it: no error, no call

@@ -7,7 +7,9 @@ from datetime import timedelta
 import pytest
 
 from airflow_provider_slurmapi.api.errors import SlurmJobSpecError
-from airflow_provider_slurmapi.api.jobs import JobSpec, JobState, SlurmJob
+from airflow_provider_slurmapi.api.jobs import SlurmJob
+from airflow_provider_slurmapi.api.spec import JobSpec
+from airflow_provider_slurmapi.api.states import JobState
 from tests.fixtures import WEB_VERSIONS, recorded, web
 
 

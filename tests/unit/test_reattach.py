@@ -22,8 +22,8 @@ from airflow_provider_slurmapi.api.identity import (
     tagged_comment,
     task_instance_tag,
 )
-from airflow_provider_slurmapi.api.jobs import JobSpec
 from airflow_provider_slurmapi.api.reattach import SubmitOutcomeUnknownError, submit_once
+from airflow_provider_slurmapi.api.spec import JobSpec
 from tests.fixtures import recorded, recorded_status
 
 V = "v0.0.42"
