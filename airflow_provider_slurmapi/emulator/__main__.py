@@ -11,7 +11,7 @@ import threading
 from collections.abc import Sequence
 from types import FrameType
 
-from .app import DEFAULT_PARTITIONS, SlurmJobApiEmulator
+from .app import DEFAULT_PARTITIONS, REPLY_SHAPES, SlurmJobApiEmulator
 
 
 def _partition(text: str) -> tuple[str, int]:
@@ -46,6 +46,12 @@ def _parser() -> argparse.ArgumentParser:
         action="append",
         metavar="NAME=NODES",
         help=f"repeatable; the first is the default partition (default: {DEFAULT_PARTITIONS})",
+    )
+    parser.add_argument(
+        "--reply-shape",
+        choices=REPLY_SHAPES,
+        default="structuredBody",
+        help="replies as {status, structuredBody} (an object, default) or {status, body} (a JSON string)",
     )
     parser.add_argument("--quiet", action="store_true", help="do not log each call")
     proxy = parser.add_argument_group(
@@ -84,6 +90,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         simulate=args.simulate,
         accounting_store_flags=args.accounting_store_flags.split(","),
         log_calls=not args.quiet,
+        reply_shape=args.reply_shape,
         upstream=args.upstream,
         upstream_user=upstream_user if args.upstream else None,
         upstream_token=upstream_token if args.upstream else None,

@@ -24,6 +24,7 @@ from .slurmrest import SlurmRest
 from .upstream import UpstreamSlurm
 
 DEFAULT_PARTITIONS = {"debug": 4, "gpu": 2}
+REPLY_SHAPES = ("structuredBody", "body")
 
 
 class ProxyModeError(RuntimeError):
@@ -37,6 +38,10 @@ class SlurmJobApiEmulator:
 
     ``accounting_store_flags`` plays slurm.conf's ``AccountingStoreFlags``: like real Slurm by default,
     accounting keeps no job comment; ``("job_comment",)`` keeps it.
+
+    ``reply_shape`` is how a reply carries Slurm's answer: ``"structuredBody"`` (default, a JSON object,
+    as the translated API pages describe it) or ``"body"`` (a JSON-encoded string, as the English page
+    does). Clients must read both.
 
     Proxy mode (``upstream="http://slurm:6820"`` with ``upstream_user`` and ``upstream_token``, a
     slurmrestd JWT): the Google layer stays the emulator's (auth, 1 MB limit, NOT_FOUND /
@@ -71,7 +76,10 @@ class SlurmJobApiEmulator:
         upstream_token: str | None = None,
         upstream_timeout: float = 60.0,
         accounting_store_flags: Iterable[str] = (),
+        reply_shape: str = "structuredBody",
     ) -> None:
+        if reply_shape not in REPLY_SHAPES:
+            raise ValueError(f"reply_shape must be one of {REPLY_SHAPES}, got {reply_shape!r}")
         if upstream is not None and (not upstream_user or not upstream_token):
             raise ValueError("proxy mode needs upstream_user and upstream_token (a slurmrestd JWT for that user)")
         if upstream is not None and not upstream.startswith(("http://", "https://")):
@@ -93,6 +101,7 @@ class SlurmJobApiEmulator:
         self.token_lifetime = token_lifetime
         self.simulate = simulate
         self.log_calls = log_calls
+        self.reply_shape = reply_shape
         self.service_account_email = f"airflow@{project}.iam.gserviceaccount.com"
         self.impersonation_targets = list(
             impersonation_targets
@@ -150,6 +159,7 @@ class SlurmJobApiEmulator:
             allowed_principals=self.allowed_principals,
             service_accounts=self._known_accounts,
             log_calls=self.log_calls,
+            reply_shape=self.reply_shape,
             job_page=self._job_page if self._upstream is None else None,
         )
         self._server = EmulatorHTTPServer((self.host, self.port), self._frontend)
