@@ -1,4 +1,7 @@
-"""What differs between Slurm REST API versions v0.0.40 .. v0.0.44, and the paths each serves.
+"""What differs between Slurm REST API versions v0.0.40 .. v0.0.45, and the paths each serves.
+
+Which Slurm serves which (slurmrestd's data parsers): 24.11 v0.0.40-v0.0.42, 25.05 v0.0.40-v0.0.43,
+25.11 v0.0.41-v0.0.44, 26.05 v0.0.42-v0.0.45 (it marks v0.0.42 deprecated, for removal in 26.11).
 
 The job endpoints have the same paths and nearly the same shapes in all of them. The differences the
 provider cares about:
@@ -8,6 +11,11 @@ provider cares about:
 * up to v0.0.42 a ``/slurm`` job_info's ``standard_output`` is the expanded path; from v0.0.43 it is the
   raw pattern (``slurm-%j.out``) and ``stdout_expanded`` holds the path.
 * ``/slurmdb`` records carry ``stdout`` (pattern) and ``stdout_expanded`` (path) from v0.0.41 on.
+* v0.0.45 (Slurm 26.05): ``/slurmdb`` records add ``sluid`` (a lexicographically sortable unique id
+  that, unlike the job id, is never reused) and ``original_sluid``, ``exclusive`` and ``oversubscribe``;
+  job_info's ``shared`` is deprecated (ignored, replaced by ``oversubscribe``/``exclusive``) and its
+  ``power`` and job_desc's ``power_flags`` are gone (the provider uses none of them); new paths
+  ``/slurm/v0.0.45/job/{id}/requeue``, ``jobs/requeue`` and ``conf``.
 """
 
 from __future__ import annotations
@@ -19,7 +27,7 @@ from collections.abc import Iterable
 from airflow_provider_slurmapi.api.errors import SlurmJobSpecError
 from airflow_provider_slurmapi.api.fields import DEFAULT_VERSION as DEFAULT_VERSION  # its home is api.fields
 
-SUPPORTED_VERSIONS: tuple[str, ...] = ("v0.0.40", "v0.0.41", "v0.0.42", "v0.0.43", "v0.0.44")
+SUPPORTED_VERSIONS: tuple[str, ...] = ("v0.0.40", "v0.0.41", "v0.0.42", "v0.0.43", "v0.0.44", "v0.0.45")
 AUTO = "auto"
 
 _JOB_ID = re.compile(r"[0-9]+(_[0-9]+)?")
@@ -37,8 +45,8 @@ def check_version(version: str, *, allow_auto: bool = True) -> str:
         raise SlurmJobSpecError(
             "api_version",
             f"{version!r} is not a Slurm REST API version this provider speaks",
-            f"Use one of {choices}{' or auto' if allow_auto else ''} (the cluster's Slurm 24.11 serves "
-            "v0.0.40-v0.0.42).",
+            f"Use one of {choices}{' or auto' if allow_auto else ''} (Slurm 24.11 serves v0.0.40-v0.0.42, "
+            "26.05 v0.0.42-v0.0.45).",
         )
     return value
 
