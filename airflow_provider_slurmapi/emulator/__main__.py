@@ -53,6 +53,12 @@ def _parser() -> argparse.ArgumentParser:
         default="structuredBody",
         help="replies as {status, structuredBody} (an object, default) or {status, body} (a JSON string)",
     )
+    parser.add_argument(
+        "--slurm-release",
+        choices=("24.11", "26.05"),
+        default="24.11",
+        help="the Slurm it answers as: 24.11 (REST v0.0.40-v0.0.42, default) or 26.05 (v0.0.42-v0.0.45)",
+    )
     parser.add_argument("--quiet", action="store_true", help="do not log each call")
     proxy = parser.add_argument_group(
         "proxy mode", "forward each Slurm call to a real slurmrestd; the Google layer stays the emulator's"
@@ -91,6 +97,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         accounting_store_flags=args.accounting_store_flags.split(","),
         log_calls=not args.quiet,
         reply_shape=args.reply_shape,
+        slurm_release=args.slurm_release,
         upstream=args.upstream,
         upstream_user=upstream_user if args.upstream else None,
         upstream_token=upstream_token if args.upstream else None,

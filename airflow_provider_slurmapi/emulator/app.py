@@ -22,6 +22,7 @@ from .notation import hostlist
 from .server import Call, EmulatorHTTPServer, Frontend
 from .slurmrest import SlurmRest
 from .upstream import UpstreamSlurm
+from .versions import RELEASES
 
 DEFAULT_PARTITIONS = {"debug": 4, "gpu": 2}
 REPLY_SHAPES = ("structuredBody", "body")
@@ -42,6 +43,9 @@ class SlurmJobApiEmulator:
     ``reply_shape`` is how a reply carries Slurm's answer: ``"structuredBody"`` (default, a JSON object,
     as the translated API pages describe it) or ``"body"`` (a JSON-encoded string, as the English page
     does). Clients must read both.
+
+    ``slurm_release`` is the Slurm the simulated cluster answers as: ``"24.11"`` (default, REST v0.0.40 to
+    v0.0.42) or ``"26.05"`` (v0.0.42 to v0.0.45, in the shapes recorded from real slurmrestd 26.05.5).
 
     Proxy mode (``upstream="http://slurm:6820"`` with ``upstream_user`` and ``upstream_token``, a
     slurmrestd JWT): the Google layer stays the emulator's (auth, 1 MB limit, NOT_FOUND /
@@ -77,9 +81,13 @@ class SlurmJobApiEmulator:
         upstream_timeout: float = 60.0,
         accounting_store_flags: Iterable[str] = (),
         reply_shape: str = "structuredBody",
+        slurm_release: str = "24.11",
     ) -> None:
         if reply_shape not in REPLY_SHAPES:
             raise ValueError(f"reply_shape must be one of {REPLY_SHAPES}, got {reply_shape!r}")
+        if slurm_release not in RELEASES:
+            raise ValueError(f"slurm_release must be one of {tuple(RELEASES)}, got {slurm_release!r}")
+        self.slurm_release = slurm_release
         if upstream is not None and (not upstream_user or not upstream_token):
             raise ValueError("proxy mode needs upstream_user and upstream_token (a slurmrestd JWT for that user)")
         if upstream is not None and not upstream.startswith(("http://", "https://")):
@@ -124,7 +132,7 @@ class SlurmJobApiEmulator:
             kill_wait=kill_wait,
             accounting_store_flags=_store_flags(accounting_store_flags),
         )
-        self._slurm = SlurmRest(self._cluster)
+        self._slurm = SlurmRest(self._cluster, slurm_release)
         self.upstream = upstream.rstrip("/") if upstream is not None else None
         self._upstream = (
             UpstreamSlurm(

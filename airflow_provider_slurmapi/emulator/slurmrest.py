@@ -1,4 +1,4 @@
-"""slurmrestd's job endpoints (v0.0.40-v0.0.42) on top of the simulated cluster."""
+"""slurmrestd's job endpoints (24.11: v0.0.40-v0.0.42, 26.05: v0.0.42-v0.0.45) on top of the simulated cluster."""
 
 from __future__ import annotations
 
@@ -15,9 +15,9 @@ from .jobs import Job, JobRequest
 from .notation import NotationError, parse_dependency
 from .render import job_info, slurmdb_job
 from .templates import data_type_name, envelope, job_desc_fields, meta, number, record
-from .versions import adapt
+from .versions import RELEASES, adapt
 
-_PATH = re.compile(r"^/(slurm|slurmdb)/v0\.0\.(40|41|42)/(.*)$")
+_PATH = re.compile(r"^/(slurm|slurmdb)/v0\.0\.([0-9]+)/(.*)$")
 _JOB_PATH = re.compile(r"^job/([^/]+)/?$")
 _JOB_ID = re.compile(r"^(\d+)(?:_(\d+))?$")
 
@@ -41,8 +41,10 @@ class BodyError(Exception):
 class SlurmRest:
     """Maps ``(method, path, body)`` to slurmrestd's ``(status, JSON reply)``."""
 
-    def __init__(self, cluster: Cluster) -> None:
+    def __init__(self, cluster: Cluster, release: str = "24.11") -> None:
         self.cluster = cluster
+        self.release = release
+        self.versions = RELEASES[release][1]
         self.slurmdbd_down = False
 
     def call(self, method: str, path: str, body: dict[str, Any] | None, user: str) -> Reply:
@@ -52,6 +54,8 @@ class SlurmRest:
         if not match:
             raise InvalidPath(path)
         service, version, rest = match.group(1), int(match.group(2)), match.group(3)
+        if version not in self.versions:
+            raise InvalidPath(path)
         if "," in parts.query:
             # slurmrestd 24.11 answers a raw comma in a query with a plain-text 400 "Unable to parse query."
             raise InvalidPath(path)
@@ -64,9 +68,9 @@ class SlurmRest:
             # slurmrestd 24.11 serves /slurmdb/.../ping/ only from v0.0.42 (404 text before)
             raise InvalidPath(path)
         if service == "slurmdb" and self.slurmdbd_down:
-            return 502, adapt(version, "", self.dbd_down_reply())
+            return 502, adapt(version, "", self.dbd_down_reply(), self.release)
         status, reply = handler(rest, query, body or {}, user)
-        return status, adapt(version, handler.__name__.lstrip("_"), reply)
+        return status, adapt(version, handler.__name__.lstrip("_"), reply, self.release)
 
     def _route(self, service: str, method: str, rest: str) -> Callable[..., Reply] | None:
         routes: dict[tuple[str, str, str], Callable[..., Reply]] = {
@@ -153,7 +157,9 @@ class SlurmRest:
             error = record(exc.record)
             if exc.error:
                 error["error"], error["error_number"] = exc.error, exc.number
-            return exc.status, self._error_reply("slurmctld", [error], warnings)
+            # slurmctld refusing the job (a bad partition): 24.11 answers 500, 26.05 422 (recorded)
+            status = 422 if exc.status == 500 and self.release != "24.11" else exc.status
+            return status, self._error_reply("slurmctld", [error], warnings)
         return 200, self._reply("slurmctld", job_id=job_id, step_id="batch", job_submit_user_msg="", warnings=warnings)
 
     def _get_job(self, rest: str, query: dict[str, str], body: dict[str, Any], user: str) -> Reply:

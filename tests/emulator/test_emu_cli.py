@@ -1,5 +1,5 @@
-"""The command line: ``python -m airflow_provider_slurmapi.emulator`` serves (here in the ``body`` reply shape),
-prints, and stops on SIGTERM."""
+"""The command line: ``python -m airflow_provider_slurmapi.emulator`` serves (here as Slurm 26.05, in the ``body``
+reply shape), prints, and stops on SIGTERM."""
 
 from __future__ import annotations
 
@@ -33,6 +33,8 @@ def test_cli_prints_the_connection_and_stops_on_sigterm(tmp_path: Path) -> None:
             "5",
             "--reply-shape",
             "body",
+            "--slurm-release",
+            "26.05",
         ],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -72,7 +74,9 @@ def test_cli_prints_the_connection_and_stops_on_sigterm(tmp_path: Path) -> None:
             assert reply["status"] == 200 and "structuredBody" not in reply
             job_id = json.loads(reply["body"])["job_id"]
             job = session.post(url, json={"method": "HTTP_METHOD_GET", "path": f"/slurm/{V}/job/{job_id}"}).json()
-            assert json.loads(job["body"])["jobs"][0]["partition"] == "batch"
+            answer = json.loads(job["body"])
+            assert answer["jobs"][0]["partition"] == "batch"
+            assert answer["meta"]["slurm"]["release"] == "26.05.5"  # --slurm-release 26.05
     finally:
         proc.send_signal(signal.SIGTERM)
         out, err = proc.communicate(timeout=20)
