@@ -19,7 +19,7 @@ from urllib.parse import parse_qs
 
 from .auth import AccessToken, GrantError, TokenAuthority
 from .faults import AFTER_KINDS, AFTER_SUFFIX, GOOGLE_ERRORS, Fault, FaultInjector
-from .slurmrest import InvalidPath
+from .slurmrest import InvalidPath, TextFault
 
 logger = logging.getLogger("airflow_provider_slurmapi.emulator")
 
@@ -371,6 +371,8 @@ class Handler(BaseHTTPRequestHandler):
                 status, reply = frontend.slurm.call(method, path, body, user)
             except InvalidPath as exc:
                 raise GoogleError(400, "INVALID_ARGUMENT", f"Invalid Slurm REST API path: {exc}") from exc
+            except TextFault as exc:
+                raise GoogleError(500, "INTERNAL", str(exc)) from exc
         if frontend.reply_shape == "body":
             return {"status": status, "body": json.dumps(reply)}, status
         return {"status": status, "structuredBody": reply}, status

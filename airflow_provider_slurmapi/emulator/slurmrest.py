@@ -28,6 +28,14 @@ class InvalidPath(Exception):
     """A path slurmrestd does not serve; Google answers INVALID_ARGUMENT for it."""
 
 
+class TextFault(Exception):
+    """slurmrestd answered a status other than 400/404 in plain text: Google turns it into 500 INTERNAL."""
+
+    def __init__(self, status: int) -> None:
+        super().__init__(f"Internal error encountered: the Slurm REST API answered HTTP {status} without JSON.")
+        self.status = status
+
+
 class BodyError(Exception):
     """A job field slurmrestd's parser would reject."""
 
@@ -57,8 +65,11 @@ class SlurmRest:
         if version not in self.versions:
             raise InvalidPath(path)
         if "," in parts.query:
-            # slurmrestd 24.11 answers a raw comma in a query with a plain-text 400 "Unable to parse query."
-            raise InvalidPath(path)
+            # slurmrestd answers a raw comma in a query in plain text: 24.11 400 "Unable to parse query.",
+            # 26.05 500 "Unspecified error" (the proxy mode's UpstreamSlurm turns them into the same errors)
+            if self.release == "24.11":
+                raise InvalidPath(path)
+            raise TextFault(500)
         if "%2c" in parts.query.lower():
             return 422, self._reply("slurmdbd" if service == "slurmdb" else "slurmctld", errors=[_query_error()])
         # Lists come as repeated parameters (job_id=1&job_id=2), the only form slurmrestd accepts.
@@ -70,6 +81,8 @@ class SlurmRest:
         if service == "slurmdb" and self.slurmdbd_down:
             return 502, adapt(version, "", self.dbd_down_reply(), self.release)
         status, reply = handler(rest, query, body or {}, user)
+        if status == 500 and handler == self._submit and self.release != "24.11":
+            status = 422  # a refused submit (bad partition, no environment): 24.11 says 500, 26.05 422
         return status, adapt(version, handler.__name__.lstrip("_"), reply, self.release)
 
     def _route(self, service: str, method: str, rest: str) -> Callable[..., Reply] | None:
@@ -142,7 +155,10 @@ class SlurmRest:
         try:
             request = parse_job(job, script)
             if not request.environment:
-                return 500, self._error_reply("slurmctld", [record("no_environment")], warnings)
+                error = record("no_environment")
+                if self.release != "24.11":  # 26.05 names the problem (error 2127), 24.11 said 2019 "I/O error"
+                    error.update({"error_number": 2127, "error": "Environment is missing in job"})
+                return 500, self._error_reply("slurmctld", [error], warnings)
             job_id = self.cluster.submit(request, user)
         except BodyError as exc:
             error = {
@@ -157,9 +173,7 @@ class SlurmRest:
             error = record(exc.record)
             if exc.error:
                 error["error"], error["error_number"] = exc.error, exc.number
-            # slurmctld refusing the job (a bad partition): 24.11 answers 500, 26.05 422 (recorded)
-            status = 422 if exc.status == 500 and self.release != "24.11" else exc.status
-            return status, self._error_reply("slurmctld", [error], warnings)
+            return exc.status, self._error_reply("slurmctld", [error], warnings)
         return 200, self._reply("slurmctld", job_id=job_id, step_id="batch", job_submit_user_msg="", warnings=warnings)
 
     def _get_job(self, rest: str, query: dict[str, str], body: dict[str, Any], user: str) -> Reply:
