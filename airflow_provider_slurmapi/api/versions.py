@@ -29,6 +29,9 @@ from airflow_provider_slurmapi.api.fields import DEFAULT_VERSION as DEFAULT_VERS
 
 SUPPORTED_VERSIONS: tuple[str, ...] = ("v0.0.40", "v0.0.41", "v0.0.42", "v0.0.43", "v0.0.44", "v0.0.45")
 AUTO = "auto"
+# Versions Slurm has announced it removes: the release that removes each, and the first that deprecates it.
+REMOVED_IN: dict[str, tuple[str, tuple[int, int]]] = {"v0.0.42": ("26.11", (26, 5))}
+_VERSION_IN_PATH = re.compile(r"^/(?:slurm|slurmdb)/(v0\.0\.[0-9]+)/")
 
 _JOB_ID = re.compile(r"[0-9]+(_[0-9]+)?")
 
@@ -112,3 +115,21 @@ def slurmdb_jobs_path(version: str, **filters: str | list[str]) -> str:
 def output_is_pattern(version: str) -> bool:
     """True where a /slurm job_info's ``standard_output`` is the unexpanded pattern (v0.0.43+)."""
     return SUPPORTED_VERSIONS.index(version) >= SUPPORTED_VERSIONS.index("v0.0.43")
+
+
+def version_of(path: str) -> str | None:
+    """The REST version a Slurm path names (``/slurm/v0.0.45/jobs/`` -> ``v0.0.45``), if any."""
+    match = _VERSION_IN_PATH.match(path)
+    return match.group(1) if match else None
+
+
+def removal_notice(version: str, release: tuple[int, int]) -> str | None:
+    """What to tell a connection using ``version`` on Slurm ``release`` (major, minor) that deprecates it."""
+    removed = REMOVED_IN.get(version)
+    if removed is None or release < removed[1]:
+        return None
+    return (
+        f"Slurm REST API {version} is deprecated on this cluster's Slurm {release[0]}.{release[1]:02d} and goes "
+        f"away in Slurm {removed[0]}: set the connection's api_version to auto (the newest version the "
+        f"cluster serves) or to {SUPPORTED_VERSIONS[-1]}."
+    )

@@ -11,7 +11,7 @@ import json
 import time
 
 import pytest
-from slurm_cluster import SCENARIO_API_VERSION, SERVED
+from slurm_cluster import RELEASE, SCENARIO_API_VERSION, SERVED
 
 from airflow_provider_slurmapi.api.errors import SlurmRequestRejectedError
 from airflow_provider_slurmapi.api.jobs import JobSpec
@@ -223,3 +223,25 @@ def test_cancel_of_an_array_id_cancels_every_task(real_slurm, connect):
     assert done.state.base == "CANCELLED" and done.task_count == 4
     assert {t.state.base for t in done.tasks} == {"CANCELLED"}
     assert "0 of 4 tasks COMPLETED" in str(failure_error(done))
+
+
+def test_a_version_the_cluster_does_not_serve_names_those_it_does(real_slurm, connect):
+    from airflow_provider_slurmapi.api.errors import SlurmApiVersionError
+    from airflow_provider_slurmapi.api.versions import SUPPORTED_VERSIONS
+
+    unserved = next(v for v in reversed(SUPPORTED_VERSIONS) if v not in SERVED)  # 24.11: v0.0.45; 26.05: v0.0.41
+    hook = connect(unserved, conn_id="slurmapi_unserved")
+    with pytest.raises(SlurmApiVersionError, match=f"it serves {', '.join(SERVED)}. Set the connection"):
+        hook.get_job(1)
+
+
+def test_v0042_logs_once_where_slurm_deprecates_it(real_slurm, connect, caplog):
+    import logging
+
+    caplog.set_level(logging.WARNING, logger="airflow_provider_slurmapi.api.client")
+    hook = connect("v0.0.42", conn_id="slurmapi_v0042_notice")
+    job_id = hook.submit_job("#!/bin/bash\ntrue\n", job(real_slurm))
+    hook.wait_for_job(job_id, poll_interval=0.5, timeout=120)
+    notices = [r.getMessage() for r in caplog.records if "goes away in Slurm 26.11" in r.getMessage()]
+    # Slurm 26.05 deprecates v0.0.42 (removed in 26.11); 24.11 does not
+    assert len(notices) == (1 if RELEASE == "26.05" else 0), notices
