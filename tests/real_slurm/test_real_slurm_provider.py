@@ -117,8 +117,9 @@ def test_array_and_dependency(real_slurm, connect):
     assert states == {0: "COMPLETED", 1: "FAILED", 2: "COMPLETED"}
 
 
-def test_shared_poller_batches_on_real_slurm(real_slurm, connect):
-    hook = connect()
+@pytest.mark.parametrize("version", [SERVED[-1], "auto"])
+def test_shared_poller_batches_on_real_slurm(real_slurm, connect, version):
+    hook = connect(version)
     ids = [hook.submit(JobSpec.build("#!/bin/bash\nsleep 1\n", job(real_slurm))).job_id for _ in range(4)]
 
     async def wait_all():
@@ -245,3 +246,15 @@ def test_v0042_logs_once_where_slurm_deprecates_it(real_slurm, connect, caplog):
     notices = [r.getMessage() for r in caplog.records if "goes away in Slurm 26.11" in r.getMessage()]
     # Slurm 26.05 deprecates v0.0.42 (removed in 26.11); 24.11 does not
     assert len(notices) == (1 if RELEASE == "26.05" else 0), notices
+
+
+@pytest.mark.usefixtures("airflow_db")
+@pytest.mark.parametrize("version", [SERVED[-1], "auto"])
+def test_operator_and_sensor_in_the_worker_and_deferred(real_slurm, connect, monkeypatch, version):
+    """The operator (sync and deferred) and the sensor (poke and deferred) at the newest version and auto."""
+    connect(version)  # slurmapi_default
+    monkeypatch.setenv("SLURMAPI_REAL_CWD", real_slurm.home)
+    monkeypatch.setenv("SLURMAPI_REAL_PARTITION", real_slurm.partition)
+    run = _load_real_dags()["real_wait_every_way"].test()
+    states = {ti.task_id: str(ti.state).rsplit(".", 1)[-1].lower() for ti in run.get_task_instances()}
+    assert states == dict.fromkeys(("sync", "deferred", "submit", "poke", "sense_deferred"), "success"), states
