@@ -75,6 +75,9 @@ def test_a_served_version_whose_path_is_not_routed_keeps_the_original_error(emul
 
 
 def test_v0042_on_26_05_says_once_that_it_goes_away(emulators, monkeypatch, caplog):
+    from airflow_provider_slurmapi.api import client
+
+    monkeypatch.setattr(client, "_NOTICED", set())  # once per connection and process
     caplog.set_level(logging.WARNING, logger="airflow_provider_slurmapi.api.client")
     old = connect(monkeypatch, emulators["24.11"], "old_default")
     old.get_conn().list_jobs()

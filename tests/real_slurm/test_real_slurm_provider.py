@@ -236,8 +236,12 @@ def test_a_version_the_cluster_does_not_serve_names_those_it_does(real_slurm, co
         hook.get_job(1)
 
 
-def test_v0042_logs_once_where_slurm_deprecates_it(real_slurm, connect, caplog):
+def test_v0042_logs_once_where_slurm_deprecates_it(real_slurm, connect, caplog, monkeypatch):
     import logging
+
+    from airflow_provider_slurmapi.api import client
+
+    monkeypatch.setattr(client, "_NOTICED", set())  # once per connection and process: earlier tests used it
 
     caplog.set_level(logging.WARNING, logger="airflow_provider_slurmapi.api.client")
     hook = connect("v0.0.42", conn_id="slurmapi_v0042_notice")
