@@ -61,7 +61,10 @@ def get_provider_info() -> dict[str, Any]:
         "triggers": [
             {
                 "integration-name": _INTEGRATION,
-                "python-modules": ["airflow_provider_slurmapi.triggers.slurmapi"],
+                "python-modules": [
+                    "airflow_provider_slurmapi.triggers.slurmapi",
+                    "airflow_provider_slurmapi.triggers.events",
+                ],
             }
         ],
         "connection-types": [

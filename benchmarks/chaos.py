@@ -27,6 +27,7 @@ import argparse
 import contextlib
 import os
 import random
+import runpy
 import subprocess
 import sys
 import threading
@@ -35,7 +36,6 @@ from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -182,10 +182,9 @@ class ChaosRun:
         return sum(self.faults.values()) / max(1, self.total_calls)
 
 
-def load_dags() -> ModuleType:
-    from tests.fixtures import load_module
-
-    return load_module(DAG_FILE)
+def load_dags() -> dict[str, Any]:
+    """The chaos DAG file's globals (``DAGS``, ``RETRIES``), run from its path."""
+    return runpy.run_path(str(DAG_FILE))
 
 
 def state_name(ti: Any) -> str:
@@ -235,7 +234,7 @@ def run_chaos(
     """
     from airflow_provider_slurmapi.emulator import SlurmJobApiEmulator
 
-    dag = load_dags().DAGS[dag_id]
+    dag = load_dags()["DAGS"][dag_id]
     started = time.monotonic()
     conf: dict[str, Any] = {"tasks": tasks, "runtime": runtime}
     if real is None:
@@ -347,7 +346,7 @@ def table(runs: list[tuple[str, ChaosRun]], args: argparse.Namespace) -> str:
 
     lines = [
         f"Chaos through Airflow {airflow.__version__} dag.test(): {args.tasks} tasks (half deferred), "
-        f"retries {load_dags().RETRIES}, fault rate {args.fault_rate:.0%} per call, seed {args.seed}",
+        f"retries {load_dags()['RETRIES']}, fault rate {args.fault_rate:.0%} per call, seed {args.seed}",
         "",
         f"{'mode':9} {'ok':>4} {'failed':>6} {'tries':>5} {'jobs':>5} {'dup':>4} {'lost':>4} "
         f"{'calls':>6} {'faulted':>7} {'rate':>5} {'s':>6}",

@@ -556,6 +556,9 @@ class AsyncSlurmJobApiClient(BaseSlurmJobApiClient):
     async def get_jobs(self, job_id: object) -> list[SlurmJob]:
         return await self.run(ops.get_jobs(await self.api_version(), job_id))
 
+    async def list_accounted_jobs(self, **filters: str) -> list[SlurmJob]:
+        return await self.run(ops.list_accounted_jobs(await self.api_version(), **filters))
+
     async def job_states(self, job_ids: list[object]) -> dict[str, JobState]:
         return await self.run(ops.job_states(await self.api_version(), job_ids))
 

@@ -280,14 +280,21 @@ class SlurmRest:
             if key in query
         }
         steps = {value.strip().split(".")[0] for value in query.get("step", "").split(",") if value.strip()}
+        # As real slurmdbd (measured on 24.11): start_time=T keeps the jobs that ended at or after T, or
+        # have not ended; skip_steps (any value) leaves each record's steps out.
+        since = int(query["start_time"]) if query.get("start_time", "").isdigit() else None
         with self.cluster.lock:
             jobs = [
                 job
                 for job in self.cluster.accounting()
                 if all(filters[key](job).upper() in values for key, values in wanted.items())
                 and (not steps or str(job.job_id) in steps)
+                and (since is None or not job.end_time or job.end_time >= since)
             ]
             records = [slurmdb_job(job, self.cluster.name, self.cluster.accounting_store_flags) for job in jobs]
+        if "skip_steps" in query:
+            for entry in records:
+                entry["steps"] = []
         warnings = [] if records else [self._found_nothing()]
         return 200, self._reply("slurmdbd", jobs=records, warnings=warnings)
 

@@ -9,6 +9,7 @@ import pytest
 
 from airflow_provider_slurmapi.api.jobs import JobSpec
 from airflow_provider_slurmapi.hooks.slurmapi import SlurmJobApiHook
+from airflow_provider_slurmapi.version_compat import AIRFLOW_V_3_0_PLUS
 from tests.fixtures import load_module
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "example_dags"
@@ -51,6 +52,8 @@ def test_every_example_parses():
         "example_slurm_dependency",
         "example_slurm_taskflow",
     } <= set(bag.dag_ids)
+    # Event-driven scheduling (asset watchers) is Airflow 3's; on 2.x the file defines no DAG.
+    assert ("example_slurm_job_events" in bag.dag_ids) == AIRFLOW_V_3_0_PLUS
 
 
 def test_sweep_fans_out_one_job_per_parameter_set(slurmapi_emulator, default_deferrable):

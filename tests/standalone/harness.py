@@ -286,6 +286,8 @@ class Standalone:
     _tokens: dict[str, str] = field(default_factory=dict)
     _triggerers: list[subprocess.Popen[bytes]] = field(default_factory=list)
     _triggerer_logs: Iterator[int] = field(default_factory=lambda: itertools.count(1))
+    # The logs of the triggerers started by start_triggerer, oldest first (the standalone's own is ``log``).
+    triggerer_logs: list[Path] = field(default_factory=list)
 
     @property
     def url(self) -> str:
@@ -493,6 +495,7 @@ class Standalone:
         ``alongside``: while another one runs (triggerer HA); otherwise none may be running."""
         assert alongside or not self.triggerer_processes(), "a triggerer is already running"
         log = LOGS / f"triggerer-{next(self._triggerer_logs)}.log"
+        self.triggerer_logs.append(log)
         with log.open("wb") as out:
             self._triggerers.append(
                 subprocess.Popen(

@@ -1,0 +1,103 @@
+"""Which ended jobs a Slurm job watcher fires for, and where it stops: on accounting records real
+slurmrestd 24.11 gave (``tests/fixtures/slurm-24.11/slurmdb_jobs.json``: jobs 1 COMPLETED ``t``,
+2 CANCELLED ``long``, 3 FAILED ``f``, 5 still PENDING ``u``)."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from airflow_provider_slurmapi.api.ended import EndedJobFilter, Watermark, job_key
+from airflow_provider_slurmapi.api.errors import SlurmJobSpecError
+from airflow_provider_slurmapi.api.jobs import SlurmJob
+from tests.fixtures import recorded
+
+
+def jobs() -> list[SlurmJob]:
+    return [SlurmJob.from_slurmdb(r) for r in recorded("slurmdb_jobs")["jobs"]]
+
+
+def ids(found: list[SlurmJob]) -> list[int]:
+    return [job.job_id for job in found]
+
+
+def earliest_end() -> int:
+    return min(int(j.end_time.timestamp()) for j in jobs() if j.end_time and j.state.is_terminal)
+
+
+@pytest.mark.parametrize(
+    ("wanted", "expected"),
+    [
+        ({}, [1, 2, 3]),  # a pending job is not an ended one, whatever its record's end time
+        ({"states": ["COMPLETED"]}, [1]),
+        ({"states": "failed"}, [3]),
+        ({"names": ["t", "f"]}, [1, 3]),
+        ({"name_prefix": "lo"}, [2]),
+        ({"users": "ciuser", "partitions": ["debug"], "states": ["CANCELLED", "FAILED"]}, [2, 3]),
+        ({"users": ["someone-else"]}, []),
+    ],
+)
+def test_the_filter_selects_ended_jobs_by_every_given_field(wanted, expected):
+    mark = Watermark.starting(earliest_end())
+    assert ids(mark.new_jobs(jobs(), EndedJobFilter.of(**wanted))) == expected
+
+
+def test_a_bad_filter_names_the_field_and_the_fix():
+    with pytest.raises(SlurmJobSpecError, match=r"states.*RUNNING.*Use some of .*COMPLETED"):
+        EndedJobFilter.of(states=["COMPLETED", "RUNNING"])
+    with pytest.raises(SlurmJobSpecError, match="names"):
+        EndedJobFilter.of(names=["ok", ""])
+
+
+def test_each_job_fires_once_and_a_late_arrival_within_the_settle_window_still_fires():
+    everything = jobs()
+    first, cancelled, failed = sorted((j for j in everything if j.state.is_terminal), key=lambda j: j.job_id)
+    start = int(first.end_time.timestamp())  # type: ignore[union-attr]
+    mark = Watermark.starting(start)
+    wanted = EndedJobFilter()
+
+    # Poll 1 sees only job 1 (slurmdbd has not recorded the others yet).
+    assert ids(mark.new_jobs([first], wanted)) == [1]
+    mark.advance(polled_at=start + 5, settle=300)
+    # Poll 2 sees all three: 1 is not fired again; 2 and 3, which ended before poll 1, are.
+    assert ids(mark.new_jobs(everything, wanted)) == [2, 3]
+    mark.advance(polled_at=start + 10, settle=300)
+    assert mark.new_jobs(everything, wanted) == []
+    # Once the window has passed them, they are forgotten, and too old to fire.
+    mark.advance(polled_at=int(failed.end_time.timestamp()) + 301, settle=300)  # type: ignore[union-attr]
+    assert mark.fired == {} and mark.new_jobs(everything, wanted) == []
+    assert cancelled.state.base == "CANCELLED"
+
+
+def test_a_job_that_ends_in_the_second_the_watcher_starts_is_its_own():
+    (first,) = [j for j in jobs() if j.job_id == 1]
+    end = first.end_time.timestamp()  # type: ignore[union-attr]
+    # Slurm records whole seconds: a watcher started 0.7 s into the job's end second still takes it.
+    mark = Watermark.starting(end + 0.7)
+    assert ids(mark.new_jobs([first], EndedJobFilter())) == [1]
+
+
+def test_a_reused_job_id_that_ends_again_is_a_new_job():
+    (first,) = [j for j in jobs() if j.job_id == 1]
+    record = copy.deepcopy(first.raw)
+    record["time"]["end"] += 3600
+    reused = SlurmJob.from_slurmdb(record)
+    assert job_key(first) != job_key(reused)
+    mark = Watermark.starting(first.end_time.timestamp())  # type: ignore[union-attr]
+    assert ids(mark.new_jobs([first, reused], EndedJobFilter())) == [1, 1]
+
+
+def test_the_stored_watermark_round_trips_and_junk_starts_afresh():
+    mark = Watermark.starting(earliest_end())
+    mark.new_jobs(jobs(), EndedJobFilter())
+    again = Watermark.from_dict(mark.as_dict())
+    assert again == mark and again.new_jobs(jobs(), EndedJobFilter()) == []
+    junks: list[object] = [None, "x", {"after": "yesterday"}, {"fired": {}}]
+    for junk in junks:
+        assert Watermark.from_dict(junk) is None
+
+
+def test_each_filter_keeps_its_own_watermark():
+    assert EndedJobFilter.of(names="a").digest() != EndedJobFilter.of(names="b").digest()
+    assert EndedJobFilter.of(states="completed").digest() == EndedJobFilter.of(states=["COMPLETED"]).digest()
