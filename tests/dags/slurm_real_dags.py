@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 from datetime import datetime
+from typing import Any
 
 from airflow.providers.common.compat.sdk import DAG
 
@@ -52,7 +53,7 @@ with _dag("real_time_limit"):
 
 with _dag("real_wait_every_way"):
     # the operator in the worker and deferred, and the sensor poking and deferred, on one cluster
-    where = {"partition": PARTITION, "current_working_directory": CWD}
+    where: dict[str, Any] = {"partition": PARTITION, "current_working_directory": CWD}
     SlurmSubmitJobOperator(task_id="sync", script="#!/bin/bash\nsleep 2\n", deferrable=False, poll_interval=1, **where)
     SlurmSubmitJobOperator(
         task_id="deferred", script="#!/bin/bash\nsleep 2\n", deferrable=True, poll_interval=1, **where
