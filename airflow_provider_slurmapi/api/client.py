@@ -25,6 +25,7 @@ from airflow_provider_slurmapi.api.direct import SlurmrestdRef
 from airflow_provider_slurmapi.api.envelope import Call, ClusterRef, HttpRequest, ReplyBody, SlurmReply
 from airflow_provider_slurmapi.api.errors import (
     GoogleApiError,
+    SlurmApiVersionError,
     SlurmAuthError,
     SlurmJobApiError,
     SlurmTransportError,
@@ -41,6 +42,8 @@ from airflow_provider_slurmapi.api.states import JobState
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 _DETECTED: dict[str, str] = {}
+# Connections (``_version_key``) whose Slurm release was read for a removal notice, in this process.
+_NOTICED: set[str] = set()
 Target = ClusterRef | SlurmrestdRef
 _DETECTED_LOCK = threading.Lock()
 _CHUNK = 64 * 1024
@@ -96,6 +99,9 @@ class BaseSlurmJobApiClient:
         # Only the Google API takes Google tokens; a direct slurmrestd carries its JWT in the target.
         self.tokens = tokens or (token_source(self.auth) if isinstance(cluster, ClusterRef) else None)
         self._api_version = versions.check_version(api_version)
+        # True once the configured version is known to be served (after a path-not-routed answer)
+        self._version_checked = False
+        self._probing = False
         if not isinstance(timeout, (int, float)) or isinstance(timeout, bool) or timeout <= 0:
             raise SlurmJobApiError(f"timeout: {timeout!r} is not a positive number of seconds.")
         self.timeout = float(timeout)
@@ -184,7 +190,45 @@ class BaseSlurmJobApiClient:
             raise
         if call.idempotent and reply.status in _SLURM_BUSY:
             raise SlurmBusyError(reply)
+        if reply.ok:
+            self._notice_removal(reply)
         return reply
+
+    def _unserved(self, call: Call, reply: SlurmReply | None, error: Exception | None) -> str | None:
+        """The configured version, when this answer says the cluster may not serve it (not yet checked)."""
+        if self._version_checked or self._probing or self._api_version == versions.AUTO:
+            return None
+        version = ops.unserved_path(call, reply, error)
+        return version if version == self._api_version else None
+
+    def _verdict(self, version: str, served: list[str]) -> None:
+        """Raise :class:`SlurmApiVersionError` when the cluster serves versions, but not ``version``.
+
+        Serving none (every ping refused) says nothing about versions: the original answer stands.
+        """
+        if served and version not in served:
+            raise SlurmApiVersionError(version, served)
+        self._version_checked = bool(served)
+
+    def _notice_removal(self, reply: SlurmReply) -> None:
+        """Log once per connection that its version goes away in a later Slurm (v0.0.42 on 26.05+)."""
+        if self._api_version not in versions.REMOVED_IN:
+            return
+        key = self._version_key()
+        meta = reply.body.get("meta")
+        slurm = meta.get("slurm") if isinstance(meta, dict) else None
+        number = slurm.get("version") if isinstance(slurm, dict) else None
+        try:
+            release = (int(number["major"]), int(number["minor"]))  # type: ignore[index]
+        except (KeyError, TypeError, ValueError):
+            return
+        with _DETECTED_LOCK:
+            if key in _NOTICED:
+                return
+            _NOTICED.add(key)
+        notice = versions.removal_notice(self._api_version, release)
+        if notice:
+            log.warning("%s: %s", self.cluster.name, notice)
 
     def _give_up(self, error: SlurmJobApiError) -> SlurmReply:
         """What a call whose tries are spent ends with: Slurm's own busy answer, else ``error``."""
@@ -244,20 +288,12 @@ def _never_sent(error: SlurmJobApiError) -> bool:
 
 def _detect_version() -> ops.Operation[str]:
     """The newest API version the cluster answers a ping on."""
-    last: Exception | None = None
     for version in reversed(versions.SUPPORTED_VERSIONS):
-        try:
-            reply = yield Call("GET", versions.ping_path(version))
-        except GoogleApiError as err:
-            if err.code in (400, 404):
-                last = err
-                continue
-            raise
-        if 200 <= reply.status < 300:
+        if (yield from ops.serves(version)):
             return version
     raise SlurmJobApiError(
-        f"api_version auto: the cluster answered no Slurm REST version in {versions.SUPPORTED_VERSIONS} "
-        f"({last}). Set api_version explicitly in the connection."
+        f"api_version auto: the cluster answered no Slurm REST version in {versions.SUPPORTED_VERSIONS}. "
+        "Set api_version explicitly in the connection."
     )
 
 
@@ -291,11 +327,24 @@ class SlurmJobApiClient(BaseSlurmJobApiClient):
                 try:
                     reply = self._send(call)
                 except SlurmJobApiError as err:
+                    self._check_served(call, None, err)
                     call = op.throw(err)
                 else:
+                    self._check_served(call, reply, None)
                     call = op.send(reply)
         except StopIteration as done:
             return done.value  # type: ignore[no-any-return]
+
+    def _check_served(self, call: Call, reply: SlurmReply | None, error: Exception | None) -> None:
+        """A path-not-routed answer at the configured version: ask which versions the cluster serves."""
+        version = self._unserved(call, reply, error)
+        if version is not None:
+            self._probing = True  # the pings below are not checked themselves
+            try:
+                served = self.run(ops.served_versions())
+            finally:
+                self._probing = False
+            self._verdict(version, served)
 
     def _send(self, call: Call) -> SlurmReply:
         tries = Tries()
@@ -427,11 +476,24 @@ class AsyncSlurmJobApiClient(BaseSlurmJobApiClient):
                 try:
                     reply = await self._send(call)
                 except SlurmJobApiError as err:
+                    await self._check_served(call, None, err)
                     call = op.throw(err)
                 else:
+                    await self._check_served(call, reply, None)
                     call = op.send(reply)
         except StopIteration as done:
             return done.value  # type: ignore[no-any-return]
+
+    async def _check_served(self, call: Call, reply: SlurmReply | None, error: Exception | None) -> None:
+        """A path-not-routed answer at the configured version: ask which versions the cluster serves."""
+        version = self._unserved(call, reply, error)
+        if version is not None:
+            self._probing = True  # the pings below are not checked themselves
+            try:
+                served = await self.run(ops.served_versions())
+            finally:
+                self._probing = False
+            self._verdict(version, served)
 
     async def _send(self, call: Call) -> SlurmReply:
         tries = Tries()

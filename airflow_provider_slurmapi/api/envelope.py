@@ -308,13 +308,39 @@ def parse_reply(http_status: int, content: bytes, *, what: str) -> SlurmReply:
     if http_status >= 300 or (isinstance(payload, dict) and "error" in payload and "status" not in payload):
         return _raise_google(http_status, payload, content, what)
     if not isinstance(payload, dict) or "status" not in payload:
-        raise MalformedReplyError(f"{what}: the reply has no status/structuredBody ({content[:80]!r})")
+        raise MalformedReplyError(f"{what}: the reply has no status with a structuredBody or body ({content[:80]!r})")
     status = payload.get("status")
     if isinstance(status, str) and status.isdigit():
         status = int(status)
     if not isinstance(status, int):
         raise MalformedReplyError(f"{what}: the reply's status is {status!r}, not an HTTP status")
-    return SlurmReply.from_structured(status, payload.get("structuredBody"))
+    return SlurmReply.from_structured(status, slurm_body(payload, what=what))
+
+
+def slurm_body(payload: Mapping[str, Any], *, what: str) -> Any:
+    """Slurm's reply out of a callSlurmRestApi answer, in either of its documented shapes.
+
+    ``{status, structuredBody}`` carries it as a JSON object (the translated pages); ``{status, body}``
+    carries it as a JSON-encoded string (the English page), or, should a proxy have decoded it, as the
+    object itself. A ``body`` string that is not JSON stays text (Slurm's own plain-text answers), unless
+    it starts as JSON does: then it was cut short, like a reply that is not JSON at all.
+    """
+    if "structuredBody" in payload:
+        return payload["structuredBody"]
+    body = payload.get("body")
+    if not isinstance(body, (str, bytes)):
+        return body
+    text = body.decode(errors="replace") if isinstance(body, bytes) else body
+    if not text.strip():
+        return None
+    try:
+        return json.loads(text)
+    except ValueError:
+        if text.lstrip().startswith(("{", "[")):
+            raise MalformedReplyError(
+                f"{what}: the reply's body is cut-off JSON ({len(text)} characters: {text[:80]!r})"
+            ) from None
+        return text
 
 
 def _raise_google(http_status: int, payload: Any, content: bytes, what: str) -> NoReturn:

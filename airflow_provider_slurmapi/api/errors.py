@@ -166,6 +166,19 @@ class SlurmJobNotFoundError(SlurmApiError):
     """Neither the active queue nor accounting knows the job."""
 
 
+class SlurmApiVersionError(SlurmJobApiError):
+    """The cluster does not serve the connection's Slurm REST API version (``served``: the ones it does)."""
+
+    def __init__(self, version: str, served: list[str]) -> None:
+        super().__init__(
+            f"api_version: the cluster does not serve Slurm REST API {version}; it serves {', '.join(served)}. "
+            "Set the connection's api_version to one of them, or to auto (the newest it serves that this "
+            "provider knows)."
+        )
+        self.version = version
+        self.served = served
+
+
 class SlurmJobFailedError(SlurmJobApiError):
     """A job reached a terminal state other than COMPLETED."""
 

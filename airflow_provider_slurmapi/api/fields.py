@@ -19,7 +19,7 @@ CONNECTION_FIELDS: dict[str, tuple[str, str]] = {
     "project_id": ("Project ID", "Google Cloud project that owns the cluster"),
     "region": ("Region", "Region of the cluster, e.g. us-central1"),
     "cluster_id": ("Cluster ID", "ID of the model development cluster"),
-    "api_version": ("Slurm REST API version", "v0.0.40 .. v0.0.44, or auto (default v0.0.42)"),
+    "api_version": ("Slurm REST API version", "v0.0.40 .. v0.0.45, or auto (default v0.0.42)"),
     "endpoint": ("Endpoint override", "Default https://REGION-aiplatform.googleapis.com"),
     "key_path": ("Key file path", "Service-account key file; empty = Application Default Credentials"),
     "keyfile_dict": ("Key file JSON", "Service-account key JSON (kept secret)"),

@@ -22,6 +22,7 @@ from typing import Any, TypeVar
 from airflow_provider_slurmapi.api import versions
 from airflow_provider_slurmapi.api.envelope import Call, SlurmReply, slurm_error
 from airflow_provider_slurmapi.api.errors import (
+    GoogleApiError,
     SlurmApiError,
     SlurmJobNotFoundError,
     SlurmMessage,
@@ -258,6 +259,38 @@ def ping(version: str) -> Operation[Ping]:
         responding=responding,
         data_parser=str(plugin.get("data_parser") or ""),
     )
+
+
+def serves(version: str) -> Operation[bool]:
+    """Whether the cluster serves REST ``version``: its ping answers (Google 400/404 or slurmrestd's text 404: no)."""
+    try:
+        reply = yield Call("GET", versions.ping_path(version))
+    except GoogleApiError as err:
+        if err.code in (400, 404):
+            return False
+        raise
+    return 200 <= reply.status < 300
+
+
+def served_versions() -> Operation[list[str]]:
+    """The versions this provider knows that the cluster serves, oldest first (one ping each)."""
+    served = []
+    for version in versions.SUPPORTED_VERSIONS:
+        if (yield from serves(version)):
+            served.append(version)
+    return served
+
+
+def unserved_path(call: Call, reply: SlurmReply | None, error: Exception | None) -> str | None:
+    """The REST version ``call`` named if its answer says the path is not routed: slurmrestd's plain-text
+    404 ("Unable to find requested URL"), or Google's 400 INVALID_ARGUMENT (its 404 names a missing
+    cluster); else None."""
+    version = versions.version_of(call.path)
+    if version is None:
+        return None
+    if reply is not None:
+        return version if reply.status == 404 and set(reply.body) == {"_text"} else None
+    return version if isinstance(error, GoogleApiError) and error.code == 400 else None
 
 
 def records(reply: SlurmReply) -> list[Mapping[str, Any]]:

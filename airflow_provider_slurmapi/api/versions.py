@@ -1,4 +1,7 @@
-"""What differs between Slurm REST API versions v0.0.40 .. v0.0.44, and the paths each serves.
+"""What differs between Slurm REST API versions v0.0.40 .. v0.0.45, and the paths each serves.
+
+Which Slurm serves which (slurmrestd's data parsers): 24.11 v0.0.40-v0.0.42, 25.05 v0.0.40-v0.0.43,
+25.11 v0.0.41-v0.0.44, 26.05 v0.0.42-v0.0.45 (it marks v0.0.42 deprecated, for removal in 26.11).
 
 The job endpoints have the same paths and nearly the same shapes in all of them. The differences the
 provider cares about:
@@ -8,6 +11,11 @@ provider cares about:
 * up to v0.0.42 a ``/slurm`` job_info's ``standard_output`` is the expanded path; from v0.0.43 it is the
   raw pattern (``slurm-%j.out``) and ``stdout_expanded`` holds the path.
 * ``/slurmdb`` records carry ``stdout`` (pattern) and ``stdout_expanded`` (path) from v0.0.41 on.
+* v0.0.45 (Slurm 26.05): ``/slurmdb`` records add ``sluid`` (a lexicographically sortable unique id
+  that, unlike the job id, is never reused) and ``original_sluid``, ``exclusive`` and ``oversubscribe``;
+  job_info's ``shared`` is deprecated (ignored, replaced by ``oversubscribe``/``exclusive``) and its
+  ``power`` and job_desc's ``power_flags`` are gone (the provider uses none of them); new paths
+  ``/slurm/v0.0.45/job/{id}/requeue``, ``jobs/requeue`` and ``conf``.
 """
 
 from __future__ import annotations
@@ -19,8 +27,11 @@ from collections.abc import Iterable
 from airflow_provider_slurmapi.api.errors import SlurmJobSpecError
 from airflow_provider_slurmapi.api.fields import DEFAULT_VERSION as DEFAULT_VERSION  # its home is api.fields
 
-SUPPORTED_VERSIONS: tuple[str, ...] = ("v0.0.40", "v0.0.41", "v0.0.42", "v0.0.43", "v0.0.44")
+SUPPORTED_VERSIONS: tuple[str, ...] = ("v0.0.40", "v0.0.41", "v0.0.42", "v0.0.43", "v0.0.44", "v0.0.45")
 AUTO = "auto"
+# Versions Slurm has announced it removes: the release that removes each, and the first that deprecates it.
+REMOVED_IN: dict[str, tuple[str, tuple[int, int]]] = {"v0.0.42": ("26.11", (26, 5))}
+_VERSION_IN_PATH = re.compile(r"^/(?:slurm|slurmdb)/(v0\.0\.[0-9]+)/")
 
 _JOB_ID = re.compile(r"[0-9]+(_[0-9]+)?")
 
@@ -37,8 +48,8 @@ def check_version(version: str, *, allow_auto: bool = True) -> str:
         raise SlurmJobSpecError(
             "api_version",
             f"{version!r} is not a Slurm REST API version this provider speaks",
-            f"Use one of {choices}{' or auto' if allow_auto else ''} (the cluster's Slurm 24.11 serves "
-            "v0.0.40-v0.0.42).",
+            f"Use one of {choices}{' or auto' if allow_auto else ''} (Slurm 24.11 serves v0.0.40-v0.0.42, "
+            "26.05 v0.0.42-v0.0.45).",
         )
     return value
 
@@ -104,3 +115,21 @@ def slurmdb_jobs_path(version: str, **filters: str | list[str]) -> str:
 def output_is_pattern(version: str) -> bool:
     """True where a /slurm job_info's ``standard_output`` is the unexpanded pattern (v0.0.43+)."""
     return SUPPORTED_VERSIONS.index(version) >= SUPPORTED_VERSIONS.index("v0.0.43")
+
+
+def version_of(path: str) -> str | None:
+    """The REST version a Slurm path names (``/slurm/v0.0.45/jobs/`` -> ``v0.0.45``), if any."""
+    match = _VERSION_IN_PATH.match(path)
+    return match.group(1) if match else None
+
+
+def removal_notice(version: str, release: tuple[int, int]) -> str | None:
+    """What to tell a connection using ``version`` on Slurm ``release`` (major, minor) that deprecates it."""
+    removed = REMOVED_IN.get(version)
+    if removed is None or release < removed[1]:
+        return None
+    return (
+        f"Slurm REST API {version} is deprecated on this cluster's Slurm {release[0]}.{release[1]:02d} and goes "
+        f"away in Slurm {removed[0]}: set the connection's api_version to auto (the newest version the "
+        f"cluster serves) or to {SUPPORTED_VERSIONS[-1]}."
+    )

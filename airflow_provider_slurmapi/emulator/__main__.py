@@ -11,7 +11,7 @@ import threading
 from collections.abc import Sequence
 from types import FrameType
 
-from .app import DEFAULT_PARTITIONS, SlurmJobApiEmulator
+from .app import DEFAULT_PARTITIONS, REPLY_SHAPES, SlurmJobApiEmulator
 
 
 def _partition(text: str) -> tuple[str, int]:
@@ -46,6 +46,18 @@ def _parser() -> argparse.ArgumentParser:
         action="append",
         metavar="NAME=NODES",
         help=f"repeatable; the first is the default partition (default: {DEFAULT_PARTITIONS})",
+    )
+    parser.add_argument(
+        "--reply-shape",
+        choices=REPLY_SHAPES,
+        default="structuredBody",
+        help="replies as {status, structuredBody} (an object, default) or {status, body} (a JSON string)",
+    )
+    parser.add_argument(
+        "--slurm-release",
+        choices=("24.11", "26.05"),
+        default="24.11",
+        help="the Slurm it answers as: 24.11 (REST v0.0.40-v0.0.42, default) or 26.05 (v0.0.42-v0.0.45)",
     )
     parser.add_argument("--quiet", action="store_true", help="do not log each call")
     proxy = parser.add_argument_group(
@@ -84,6 +96,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         simulate=args.simulate,
         accounting_store_flags=args.accounting_store_flags.split(","),
         log_calls=not args.quiet,
+        reply_shape=args.reply_shape,
+        slurm_release=args.slurm_release,
         upstream=args.upstream,
         upstream_user=upstream_user if args.upstream else None,
         upstream_token=upstream_token if args.upstream else None,

@@ -22,8 +22,10 @@ from .notation import hostlist
 from .server import Call, EmulatorHTTPServer, Frontend
 from .slurmrest import SlurmRest
 from .upstream import UpstreamSlurm
+from .versions import RELEASES
 
 DEFAULT_PARTITIONS = {"debug": 4, "gpu": 2}
+REPLY_SHAPES = ("structuredBody", "body")
 
 
 class ProxyModeError(RuntimeError):
@@ -37,6 +39,13 @@ class SlurmJobApiEmulator:
 
     ``accounting_store_flags`` plays slurm.conf's ``AccountingStoreFlags``: like real Slurm by default,
     accounting keeps no job comment; ``("job_comment",)`` keeps it.
+
+    ``reply_shape`` is how a reply carries Slurm's answer: ``"structuredBody"`` (default, a JSON object,
+    as the translated API pages describe it) or ``"body"`` (a JSON-encoded string, as the English page
+    does). Clients must read both.
+
+    ``slurm_release`` is the Slurm the simulated cluster answers as: ``"24.11"`` (default, REST v0.0.40 to
+    v0.0.42) or ``"26.05"`` (v0.0.42 to v0.0.45, in the shapes recorded from real slurmrestd 26.05.5).
 
     Proxy mode (``upstream="http://slurm:6820"`` with ``upstream_user`` and ``upstream_token``, a
     slurmrestd JWT): the Google layer stays the emulator's (auth, 1 MB limit, NOT_FOUND /
@@ -71,7 +80,14 @@ class SlurmJobApiEmulator:
         upstream_token: str | None = None,
         upstream_timeout: float = 60.0,
         accounting_store_flags: Iterable[str] = (),
+        reply_shape: str = "structuredBody",
+        slurm_release: str = "24.11",
     ) -> None:
+        if reply_shape not in REPLY_SHAPES:
+            raise ValueError(f"reply_shape must be one of {REPLY_SHAPES}, got {reply_shape!r}")
+        if slurm_release not in RELEASES:
+            raise ValueError(f"slurm_release must be one of {tuple(RELEASES)}, got {slurm_release!r}")
+        self.slurm_release = slurm_release
         if upstream is not None and (not upstream_user or not upstream_token):
             raise ValueError("proxy mode needs upstream_user and upstream_token (a slurmrestd JWT for that user)")
         if upstream is not None and not upstream.startswith(("http://", "https://")):
@@ -93,6 +109,7 @@ class SlurmJobApiEmulator:
         self.token_lifetime = token_lifetime
         self.simulate = simulate
         self.log_calls = log_calls
+        self.reply_shape = reply_shape
         self.service_account_email = f"airflow@{project}.iam.gserviceaccount.com"
         self.impersonation_targets = list(
             impersonation_targets
@@ -115,7 +132,7 @@ class SlurmJobApiEmulator:
             kill_wait=kill_wait,
             accounting_store_flags=_store_flags(accounting_store_flags),
         )
-        self._slurm = SlurmRest(self._cluster)
+        self._slurm = SlurmRest(self._cluster, slurm_release)
         self.upstream = upstream.rstrip("/") if upstream is not None else None
         self._upstream = (
             UpstreamSlurm(
@@ -150,6 +167,7 @@ class SlurmJobApiEmulator:
             allowed_principals=self.allowed_principals,
             service_accounts=self._known_accounts,
             log_calls=self.log_calls,
+            reply_shape=self.reply_shape,
             job_page=self._job_page if self._upstream is None else None,
         )
         self._server = EmulatorHTTPServer((self.host, self.port), self._frontend)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -27,10 +28,16 @@ def slurmapi_emulator(
 
     ``AIRFLOW_CONN_SLURMAPI_DEFAULT`` points at it for the test. Change settings with
     ``@pytest.mark.slurmapi_emulator(simulate=True, partitions={"debug": 64}, ...)``.
+    ``SLURMAPI_EMULATOR_REPLY_SHAPE=body`` makes every such emulator answer ``{status, body}`` (a JSON
+    string) instead of ``{status, structuredBody}``.
     """
     from .app import SlurmJobApiEmulator
 
     options = dict(FAST_DEFAULTS)
+    # One switch runs a whole suite against the other reply shape ({status, body} with a JSON string).
+    shape = os.environ.get("SLURMAPI_EMULATOR_REPLY_SHAPE")
+    if shape:
+        options["reply_shape"] = shape
     marker = request.node.get_closest_marker("slurmapi_emulator")
     if marker is not None:
         options.update(marker.kwargs)

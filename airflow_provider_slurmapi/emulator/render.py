@@ -5,9 +5,10 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from .jobs import Job
+from .jobs import TERMINAL_STATES, Job
 from .notation import absolute_path, hostlist
 from .templates import exit_code, number, template
+from .versions import PATTERNS
 
 _UNLIMITED_RUN = 365 * 24 * 3600  # slurmctld's expected end of a job without a time limit
 
@@ -85,6 +86,12 @@ def job_info(job: Job, cluster: str) -> dict[str, Any]:
             "current_working_directory": req.current_working_directory,
         }
     )
+    # the raw patterns, shown from v0.0.43 on (versions.adapt takes them out of every reply)
+    info[PATTERNS] = {
+        "standard_output": req.standard_output or ("slurm-%A_%a.out" if job.array_job_id else "slurm-%j.out"),
+        "standard_error": req.standard_error,
+        "standard_input": req.standard_input,
+    }
     flags = [flag for flag in info["flags"] if flag != "JOB_WAS_RUNNING"]
     if job.base_state == "RUNNING":
         flags.insert(0, "JOB_WAS_RUNNING")
@@ -160,7 +167,11 @@ def slurmdb_job(job: Job, cluster: str, store_flags: frozenset[str] = frozenset(
             "stdout": _pattern(job, req.standard_output, "slurm-%A_%a.out" if job.array_job_id else "slurm-%j.out"),
             "stderr": _pattern(job, req.standard_error, ""),
             "stdin": _pattern(job, req.standard_input, ""),
-            "state": {"current": [job.base_state], "reason": job.reason},
+            # slurmdbd keeps no reason for an ended job: "None" whatever ended it (24.11 and 26.05 recorded)
+            "state": {
+                "current": [job.base_state],
+                "reason": "None" if job.base_state in TERMINAL_STATES else job.reason,
+            },
             "user": job.user,
             "working_directory": req.current_working_directory,
         }

@@ -19,7 +19,7 @@ from urllib.parse import parse_qs
 
 from .auth import AccessToken, GrantError, TokenAuthority
 from .faults import AFTER_KINDS, AFTER_SUFFIX, GOOGLE_ERRORS, Fault, FaultInjector
-from .slurmrest import InvalidPath
+from .slurmrest import InvalidPath, TextFault
 
 logger = logging.getLogger("airflow_provider_slurmapi.emulator")
 
@@ -83,6 +83,8 @@ class Frontend:
     allowed_principals: set[str]
     service_accounts: set[str]
     log_calls: bool = False
+    # How replies carry Slurm's answer: "structuredBody" (an object) or "body" (a JSON string).
+    reply_shape: str = "structuredBody"
     # Renders ``GET /jobs/{id}`` (the human-readable job page), or None where there is none (proxy mode).
     job_page: Callable[[int], str | None] | None = None
     calls: list[Call] = field(default_factory=list)
@@ -369,6 +371,10 @@ class Handler(BaseHTTPRequestHandler):
                 status, reply = frontend.slurm.call(method, path, body, user)
             except InvalidPath as exc:
                 raise GoogleError(400, "INVALID_ARGUMENT", f"Invalid Slurm REST API path: {exc}") from exc
+            except TextFault as exc:
+                raise GoogleError(500, "INTERNAL", str(exc)) from exc
+        if frontend.reply_shape == "body":
+            return {"status": status, "body": json.dumps(reply)}, status
         return {"status": status, "structuredBody": reply}, status
 
 

@@ -1,4 +1,4 @@
-"""slurmrestd's job endpoints (v0.0.40-v0.0.42) on top of the simulated cluster."""
+"""slurmrestd's job endpoints (24.11: v0.0.40-v0.0.42, 26.05: v0.0.42-v0.0.45) on top of the simulated cluster."""
 
 from __future__ import annotations
 
@@ -15,9 +15,9 @@ from .jobs import Job, JobRequest
 from .notation import NotationError, parse_dependency
 from .render import job_info, slurmdb_job
 from .templates import data_type_name, envelope, job_desc_fields, meta, number, record
-from .versions import adapt
+from .versions import RELEASES, adapt
 
-_PATH = re.compile(r"^/(slurm|slurmdb)/v0\.0\.(40|41|42)/(.*)$")
+_PATH = re.compile(r"^/(slurm|slurmdb)/v0\.0\.([0-9]+)/(.*)$")
 _JOB_PATH = re.compile(r"^job/([^/]+)/?$")
 _JOB_ID = re.compile(r"^(\d+)(?:_(\d+))?$")
 
@@ -26,6 +26,14 @@ Reply = tuple[int, dict[str, Any]]
 
 class InvalidPath(Exception):
     """A path slurmrestd does not serve; Google answers INVALID_ARGUMENT for it."""
+
+
+class TextFault(Exception):
+    """slurmrestd answered a status other than 400/404 in plain text: Google turns it into 500 INTERNAL."""
+
+    def __init__(self, status: int) -> None:
+        super().__init__(f"Internal error encountered: the Slurm REST API answered HTTP {status} without JSON.")
+        self.status = status
 
 
 class BodyError(Exception):
@@ -41,8 +49,10 @@ class BodyError(Exception):
 class SlurmRest:
     """Maps ``(method, path, body)`` to slurmrestd's ``(status, JSON reply)``."""
 
-    def __init__(self, cluster: Cluster) -> None:
+    def __init__(self, cluster: Cluster, release: str = "24.11") -> None:
         self.cluster = cluster
+        self.release = release
+        self.versions = RELEASES[release][1]
         self.slurmdbd_down = False
 
     def call(self, method: str, path: str, body: dict[str, Any] | None, user: str) -> Reply:
@@ -52,9 +62,14 @@ class SlurmRest:
         if not match:
             raise InvalidPath(path)
         service, version, rest = match.group(1), int(match.group(2)), match.group(3)
-        if "," in parts.query:
-            # slurmrestd 24.11 answers a raw comma in a query with a plain-text 400 "Unable to parse query."
+        if version not in self.versions:
             raise InvalidPath(path)
+        if "," in parts.query:
+            # slurmrestd answers a raw comma in a query in plain text: 24.11 400 "Unable to parse query.",
+            # 26.05 500 "Unspecified error" (the proxy mode's UpstreamSlurm turns them into the same errors)
+            if self.release == "24.11":
+                raise InvalidPath(path)
+            raise TextFault(500)
         if "%2c" in parts.query.lower():
             return 422, self._reply("slurmdbd" if service == "slurmdb" else "slurmctld", errors=[_query_error()])
         # Lists come as repeated parameters (job_id=1&job_id=2), the only form slurmrestd accepts.
@@ -64,9 +79,11 @@ class SlurmRest:
             # slurmrestd 24.11 serves /slurmdb/.../ping/ only from v0.0.42 (404 text before)
             raise InvalidPath(path)
         if service == "slurmdb" and self.slurmdbd_down:
-            return 502, adapt(version, "", self.dbd_down_reply())
+            return 502, adapt(version, "", self.dbd_down_reply(), self.release)
         status, reply = handler(rest, query, body or {}, user)
-        return status, adapt(version, handler.__name__.lstrip("_"), reply)
+        if status == 500 and handler == self._submit and self.release != "24.11":
+            status = 422  # a refused submit (bad partition, no environment): 24.11 says 500, 26.05 422
+        return status, adapt(version, handler.__name__.lstrip("_"), reply, self.release)
 
     def _route(self, service: str, method: str, rest: str) -> Callable[..., Reply] | None:
         routes: dict[tuple[str, str, str], Callable[..., Reply]] = {
@@ -138,7 +155,10 @@ class SlurmRest:
         try:
             request = parse_job(job, script)
             if not request.environment:
-                return 500, self._error_reply("slurmctld", [record("no_environment")], warnings)
+                error = record("no_environment")
+                if self.release != "24.11":  # 26.05 names the problem (error 2127), 24.11 said 2019 "I/O error"
+                    error.update({"error_number": 2127, "error": "Environment is missing in job"})
+                return 500, self._error_reply("slurmctld", [error], warnings)
             job_id = self.cluster.submit(request, user)
         except BodyError as exc:
             error = {

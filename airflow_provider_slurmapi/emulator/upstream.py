@@ -15,7 +15,7 @@ import urllib.request
 from typing import Any
 
 from .server import GoogleError
-from .slurmrest import InvalidPath
+from .slurmrest import InvalidPath, TextFault
 from .templates import meta, record
 
 # Only slurmrestd's API trees are reachable through callSlurmRestApi (not /openapi, not /): the same
@@ -96,6 +96,4 @@ class UpstreamSlurm:
             return value
         if status in (400, 404) and "json" not in content_type.lower():
             raise InvalidPath(path)
-        raise GoogleError(
-            500, "INTERNAL", f"Internal error encountered: the Slurm REST API answered HTTP {status} without JSON."
-        )
+        raise GoogleError(500, "INTERNAL", str(TextFault(status)))

@@ -1,4 +1,6 @@
-"""The data parser versions slurmrestd 24.11 serves: v0.0.42 replies reshaped as v0.0.40 and v0.0.41.
+"""The data parser versions slurmrestd serves: v0.0.42 replies reshaped as older and newer versions.
+
+Slurm 24.11 (the default) serves v0.0.40-v0.0.42, Slurm 26.05 (``slurm_release="26.05"``) v0.0.42-v0.0.45.
 
 The emulator builds every reply in v0.0.42's shape (its templates are v0.0.42 recordings); this module
 turns one into what real slurmrestd 24.11.5 answers to the same call at an older version, difference by
@@ -14,6 +16,21 @@ difference as recorded (tests/real_slurm/recorded/v0.0.4x, checked by tests/real
 - ``/slurmdb`` job records: no ``qosreq`` / ``restart_cnt``; at v0.0.40 also no
   ``stdin``/``stdout``/``stderr`` (nor their ``_expanded``) and no ``time.planned``;
 - ``/slurmdb/.../ping/`` exists only from v0.0.42 (the caller routes that).
+
+And what real slurmrestd 26.05.5 answers at the newer versions (tests/fixtures/slurm-26.05, checked by
+tests/real_slurm/test_conformance on 26.05); its v0.0.42 replies have 24.11's keys. At every version 26.05
+answers a rejected submit with 422 where 24.11 said 500 (SlurmRest routes that).
+
+- v0.0.43+: job_info's ``standard_output``/``_error``/``_input`` are the raw patterns and
+  ``stdout_expanded``/``stderr_expanded``/``stdin_expanded`` the paths; ``licenses_allocated`` and
+  ``segment_size`` are new; ``/slurmdb`` records add ``segment_size`` and ``reservation.requested``, their
+  steps ``time.limit`` and ``step.stdout``/``stderr``/``stdin`` (and ``_expanded``, all empty);
+- v0.0.44+: job_info adds ``step_id`` and ``submit_line``;
+- v0.0.45: job_info drops ``power``, adds ``container_type``, ``memory_update_delay`` and
+  ``memory_update_margin``, and its ``step_id`` carries the job's ``sluid``; ``/slurmdb`` records add
+  ``sluid``, ``original_sluid``, ``exclusive`` and ``oversubscribe``, their steps ``submit_line`` instead
+  of ``pid``; a ping (``/slurm`` and ``/slurmdb``) has
+  ``status`` instead of ``pinged`` and ``mode``.
 """
 
 from __future__ import annotations
@@ -21,14 +38,27 @@ from __future__ import annotations
 from typing import Any
 
 NEWEST = 42
+# The Slurm releases the emulator can answer as: the full release and the data parsers each serves.
+RELEASES: dict[str, tuple[str, tuple[int, ...]]] = {
+    "24.11": ("24.11.5", (40, 41, 42)),
+    "26.05": ("26.05.5", (42, 43, 44, 45)),
+}
+# job_info's raw output patterns, which render.job_info hands over under this key (v0.0.43+ shows them)
+PATTERNS = "_stdio_patterns"
 
 
-def adapt(version: int, route: str, reply: dict[str, Any]) -> dict[str, Any]:
+def adapt(version: int, route: str, reply: dict[str, Any], release: str = "24.11") -> dict[str, Any]:
     """``reply`` (v0.0.42 shape) as data parser ``v0.0.{version}`` gives it; ``route`` names the handler."""
     meta = reply.get("meta")
     if isinstance(meta, dict) and isinstance(meta.get("plugin"), dict):
         meta["plugin"]["data_parser"] = f"data_parser/v0.0.{version}"
-    if version >= NEWEST:
+        full = RELEASES[release][0]
+        major, minor, micro = full.split(".")
+        meta["slurm"].update({"release": full, "version": {"major": major, "micro": micro, "minor": minor}})
+    patterns = [job.pop(PATTERNS, {}) for job in reply.get("jobs") or [] if isinstance(job, dict)]
+    if version > NEWEST:
+        return _newer(version, route, reply, patterns)
+    if version == NEWEST:
         return reply
     if route in ("get_job", "jobs") and isinstance(reply.get("jobs"), list):
         reply["jobs"] = [_job_info(version, job) for job in reply["jobs"]]
@@ -114,3 +144,66 @@ def _slurmdb_job(version: int, record: dict[str, Any]) -> dict[str, Any]:
     if version == 40 and isinstance(old.get("time"), dict):
         old["time"] = {key: value for key, value in old["time"].items() if key != "planned"}
     return old
+
+
+def _newer(version: int, route: str, reply: dict[str, Any], patterns: list[dict[str, str]]) -> dict[str, Any]:
+    """v0.0.43-v0.0.45 as slurmrestd 26.05 answers them (see the module's docstring)."""
+    if route in ("get_job", "jobs") and isinstance(reply.get("jobs"), list):
+        reply["jobs"] = [_newer_job_info(version, job, raw) for job, raw in zip(reply["jobs"], patterns, strict=True)]
+    elif route in ("db_job", "db_jobs") and isinstance(reply.get("jobs"), list):
+        for record in reply["jobs"]:
+            record["segment_size"] = 0
+            if isinstance(record.get("reservation"), dict):
+                record["reservation"]["requested"] = ""
+            for step in record.get("steps") or []:
+                _newer_step(version, step)
+            if version >= 45:
+                sluid = _sluid(int(record.get("job_id") or 0))
+                record.update({"sluid": sluid, "original_sluid": sluid, "exclusive": "NO", "oversubscribe": "NO"})
+    elif route in ("ping", "db_ping") and version >= 45:
+        for ping in reply.get("pings") or []:
+            ping.pop("pinged", None)
+            ping.pop("mode", None)
+            ping["status"] = "No error"
+    return reply
+
+
+def _newer_step(version: int, step: dict[str, Any]) -> None:
+    step["time"]["limit"] = {"set": False, "infinite": True, "number": 0}
+    step["step"].update({name: "" for name in ("stderr", "stdin", "stdout")})
+    step["step"].update({f"{name}_expanded": "" for name in ("stderr", "stdin", "stdout")})
+    if version >= 45:
+        step.pop("pid", None)
+        step["submit_line"] = ""
+
+
+def _newer_job_info(version: int, info: dict[str, Any], patterns: dict[str, str]) -> dict[str, Any]:
+    new = dict(info)
+    for stream, short in (("output", "stdout"), ("error", "stderr"), ("input", "stdin")):
+        new[f"{short}_expanded"] = info.get(f"standard_{stream}", "")
+        new[f"standard_{stream}"] = patterns.get(f"standard_{stream}", "")
+    new.update({"licenses_allocated": "", "segment_size": 0})
+    if version >= 44:
+        job_id = int(info.get("job_id") or 0)
+        new["step_id"] = {
+            "sluid": _sluid(job_id),
+            "job_id": {"set": True, "infinite": False, "number": job_id},
+            "step_het_component": {"set": False, "infinite": False, "number": 0},
+            "step_id": "entire",
+        }
+        new["submit_line"] = ""
+    if version >= 45:
+        new.pop("power", None)
+        new.update({"container_type": "", "memory_update_delay": 0, "memory_update_margin": 0})
+    return new
+
+
+def _sluid(job_id: int) -> str:
+    """A stand-in for Slurm 26.05's sortable unique job id (``s`` and base-32 digits, as recorded)."""
+    digits = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
+    text = ""
+    value = job_id or 1
+    while value:
+        value, digit = divmod(value, 32)
+        text = digits[digit] + text
+    return "s" + text.rjust(13, "0")

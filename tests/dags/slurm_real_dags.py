@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import os
 from datetime import datetime
+from typing import Any
 
 from airflow.providers.common.compat.sdk import DAG
 
 from airflow_provider_slurmapi.operators.slurmapi import SlurmSubmitJobOperator
+from airflow_provider_slurmapi.sensors.slurmapi import SlurmJobSensor
 
 CWD = os.environ.get("SLURMAPI_REAL_CWD", "/home/ciuser")
 PARTITION = os.environ.get("SLURMAPI_REAL_PARTITION") or None
@@ -48,3 +50,19 @@ with _dag("real_time_limit"):
         deferrable=False,
         poll_interval=2,
     )
+
+with _dag("real_wait_every_way"):
+    # the operator in the worker and deferred, and the sensor poking and deferred, on one cluster
+    where: dict[str, Any] = {"partition": PARTITION, "current_working_directory": CWD}
+    SlurmSubmitJobOperator(task_id="sync", script="#!/bin/bash\nsleep 2\n", deferrable=False, poll_interval=1, **where)
+    SlurmSubmitJobOperator(
+        task_id="deferred", script="#!/bin/bash\nsleep 2\n", deferrable=True, poll_interval=1, **where
+    )
+    submitted = SlurmSubmitJobOperator(
+        task_id="submit", script="#!/bin/bash\nsleep 3\n", wait_for_completion=False, **where
+    )
+    job_id = "{{ ti.xcom_pull(task_ids='submit') }}"
+    submitted >> [
+        SlurmJobSensor(task_id="poke", job_id=job_id, poke_interval=1),
+        SlurmJobSensor(task_id="sense_deferred", job_id=job_id, deferrable=True, poke_interval=1),
+    ]

@@ -1,4 +1,5 @@
-"""The command line: ``python -m airflow_provider_slurmapi.emulator`` serves, prints, and stops on SIGTERM."""
+"""The command line: ``python -m airflow_provider_slurmapi.emulator`` serves (here as Slurm 26.05, in the ``body``
+reply shape), prints, and stops on SIGTERM."""
 
 from __future__ import annotations
 
@@ -30,6 +31,10 @@ def test_cli_prints_the_connection_and_stops_on_sigterm(tmp_path: Path) -> None:
             "cli-cluster",
             "--min-job-age",
             "5",
+            "--reply-shape",
+            "body",
+            "--slurm-release",
+            "26.05",
         ],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -65,11 +70,13 @@ def test_cli_prints_the_connection_and_stops_on_sigterm(tmp_path: Path) -> None:
             reply = session.post(
                 url, json={"method": "HTTP_METHOD_POST", "path": f"/slurm/{V}/job/submit", "body": body}
             ).json()
-            assert reply["status"] == 200
-            job = session.post(
-                url, json={"method": "HTTP_METHOD_GET", "path": f"/slurm/{V}/job/{reply['structuredBody']['job_id']}"}
-            ).json()
-            assert job["structuredBody"]["jobs"][0]["partition"] == "batch"
+            # --reply-shape body: Slurm's answer is a JSON string under "body", not a "structuredBody" object
+            assert reply["status"] == 200 and "structuredBody" not in reply
+            job_id = json.loads(reply["body"])["job_id"]
+            job = session.post(url, json={"method": "HTTP_METHOD_GET", "path": f"/slurm/{V}/job/{job_id}"}).json()
+            answer = json.loads(job["body"])
+            assert answer["jobs"][0]["partition"] == "batch"
+            assert answer["meta"]["slurm"]["release"] == "26.05.5"  # --slurm-release 26.05
     finally:
         proc.send_signal(signal.SIGTERM)
         out, err = proc.communicate(timeout=20)

@@ -243,3 +243,27 @@ def test_generate_access_token_reply(emu: SlurmJobApiEmulator) -> None:
     body = response.json()
     assert set(body) == {"accessToken", "expireTime"}
     time.strptime(body["expireTime"], "%Y-%m-%dT%H:%M:%SZ")
+
+
+def test_reply_shape_body_carries_slurms_answer_as_a_json_string(tmp_path: Path) -> None:
+    with (
+        SlurmJobApiEmulator(state_dir=tmp_path / "a") as structured,
+        SlurmJobApiEmulator(state_dir=tmp_path / "b", reply_shape="body") as stringly,
+    ):
+        replies = []
+        for emu in (structured, stringly):
+            response = requests.post(call_url(emu), json=PING, headers=bearer(emu), timeout=30)
+            assert response.status_code == 200, response.text
+            replies.append(response.json())
+    object_reply, string_reply = replies
+    assert set(object_reply) == {"status", "structuredBody"}
+    assert set(string_reply) == {"status", "body"} and isinstance(string_reply["body"], str)
+    assert string_reply["status"] == object_reply["status"] == 200
+    answer = json.loads(string_reply["body"])
+    assert answer.keys() == object_reply["structuredBody"].keys()
+    assert answer["pings"][0]["pinged"] == object_reply["structuredBody"]["pings"][0]["pinged"] == "UP"
+
+
+def test_an_unknown_reply_shape_is_refused() -> None:
+    with pytest.raises(ValueError, match="reply_shape"):
+        SlurmJobApiEmulator(reply_shape="structured_body")

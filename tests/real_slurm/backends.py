@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from slurm_cluster import RELEASE, SCENARIO_API_VERSION
 
 from airflow_provider_slurmapi.api.jobs import SlurmJob
 from airflow_provider_slurmapi.api.spec import JobSpec
@@ -26,7 +27,8 @@ from airflow_provider_slurmapi.hooks.slurmapi import SlurmJobApiHook
 BACKENDS = ["emulator", "real"]
 # The emulator plays Google's IAM too: a connection impersonating this account acts as its own user.
 OTHER_ACCOUNT = "slurm-runner@demo-project.iam.gserviceaccount.com"
-FAST = {"retries": 3, "retry_delay": 0.05, "timeout": 20}
+# api_version: v0.0.42 on Slurm 24.11, "auto" (-> v0.0.45) on 26.05 (slurm_cluster.SCENARIO_API_VERSION)
+FAST = {"retries": 3, "retry_delay": 0.05, "timeout": 20, "api_version": SCENARIO_API_VERSION}
 
 
 @dataclass
@@ -92,6 +94,7 @@ def emulator_backend(tmp_path_factory: pytest.TempPathFactory) -> tuple[Backend,
         minute_seconds=1.0,
         completing_time=0.2,
         state_dir=tmp_path_factory.mktemp("scenario-emulator"),
+        slurm_release=RELEASE,  # the release the real backend runs
     )
     emu.start()
     user = emu.service_account_email.split("@")[0]

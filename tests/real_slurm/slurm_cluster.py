@@ -49,6 +49,29 @@ def is_terminal(state: list[str]) -> bool:
     return bool(state) and state[0] in TERMINAL and "COMPLETING" not in state
 
 
+# The REST versions each Slurm release's slurmrestd serves (start_slurm.sh's -d list).
+RELEASE_VERSIONS = {
+    "24.11": ("v0.0.40", "v0.0.41", "v0.0.42"),
+    "26.05": ("v0.0.42", "v0.0.43", "v0.0.44", "v0.0.45"),
+}
+
+
+def suite_release() -> str:
+    """The Slurm release this session tests: ``SLURM_RELEASE``, else the one in ``SLURMAPI_REAL_SLURM_ENV``'s file."""
+    release = os.environ.get("SLURM_RELEASE")
+    external = os.environ.get("SLURMAPI_REAL_SLURM_ENV")
+    if not release and external and Path(external).is_file():
+        release = load_env_file(Path(external)).get("SLURM_RELEASE")
+    return release or "24.11"
+
+
+RELEASE = suite_release()
+SERVED = RELEASE_VERSIONS[RELEASE]
+# What the scenarios' connections use: the default v0.0.42 on 24.11; on 26.05 "auto", which picks v0.0.45
+SCENARIO_API_VERSION = "v0.0.42" if RELEASE == "24.11" else "auto"
+SCENARIO_RESOLVED = "v0.0.42" if RELEASE == "24.11" else SERVED[-1]
+
+
 class Recorder:
     """Saves every real reply as ``<dir>/<name>.json`` = {method, path, status, body}, plus INDEX.tsv."""
 

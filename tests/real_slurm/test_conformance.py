@@ -1,4 +1,7 @@
-"""Conformance, live: the same calls against real slurmrestd 24.11 and against the emulator, side by side.
+"""Conformance, live: the same calls against real slurmrestd and against the emulator, side by side.
+
+On Slurm 24.11 (the default) at v0.0.40-v0.0.42; with ``SLURM_RELEASE=26.05`` against real 26.05 and the
+emulator's ``slurm_release="26.05"`` at v0.0.42-v0.0.45, the single-version scenarios at v0.0.45.
 
 Each scenario runs once on the real cluster (straight to slurmrestd, every reply recorded under
 ``.real-slurm/recorded/conformance/``) and once on the emulator's simulated cluster (through the Google
@@ -19,8 +22,9 @@ What is deliberately not compared, and why:
   numbers (data, not structure: whichever core the job got); their values are compared as lists;
 - the exit code of a job while it is COMPLETING: real Slurm shows SUCCESS/0 until the batch step has
   reported, then SIGNALED/15, within the same state (a timing); the final state's exit code is compared;
-- a plain-text slurmrestd reply (404 "Unable find requested URL", 400 "Unable to parse query.") has no
-  JSON to compare: the emulator must answer it as the Google layer does, 400 INVALID_ARGUMENT.
+- a plain-text slurmrestd reply (404 "Unable find requested URL", 400 "Unable to parse query.", 26.05's
+  500 "Unspecified error") has no JSON to compare: the emulator must answer it as the Google layer does,
+  400 INVALID_ARGUMENT (500 INTERNAL for the 500).
 """
 
 from __future__ import annotations
@@ -34,7 +38,7 @@ from typing import Any
 
 import pytest
 from google.auth.transport.requests import AuthorizedSession
-from slurm_cluster import RealSlurm, is_terminal
+from slurm_cluster import RELEASE, SERVED, RealSlurm, is_terminal
 
 from airflow_provider_slurmapi.emulator import SlurmJobApiEmulator
 
@@ -42,7 +46,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "emulator"))
 from emu_support import call_url, credentials, shape_diff
 
 pytestmark = [pytest.mark.real_slurm, pytest.mark.timeout(600)]
-VERSIONS = ["v0.0.40", "v0.0.41", "v0.0.42"]
+VERSIONS = list(SERVED)
 UNKNOWN_JOB = 999999
 GOOGLE_INVALID = "google:400:INVALID_ARGUMENT"
 Reply = tuple[Any, Any]
@@ -217,8 +221,10 @@ def conform(step: str, real: Reply, emu: Reply, *, check_facts: bool = True) -> 
     real_status, real_body = real
     emu_status, emu_body = emu
     if isinstance(real_body, str):  # slurmrestd's text replies: Google carries only a JSON object
-        assert real_status in (400, 404), (step, real)
-        assert emu_status == GOOGLE_INVALID, f"{step}: real slurmrestd said {real!r:.200}; emulator {emu!r:.500}"
+        # 400/404 (a path or query slurmrestd cannot route) -> INVALID_ARGUMENT; other statuses -> INTERNAL
+        # (26.05 answers a raw comma in a query with 500 "Unspecified error", 24.11 with 400)
+        expected = GOOGLE_INVALID if real_status in (400, 404) else "google:500:INTERNAL"
+        assert emu_status == expected, f"{step}: real slurmrestd said {real!r:.200}; emulator {emu!r:.500}"
         return
     assert emu_status == real_status, f"{step}: HTTP {emu_status} from the emulator, {real_status} from Slurm"
     problems = shape_diff(_normalize(emu_body), _normalize(real_body))
@@ -260,7 +266,9 @@ def conform_jobs_list(step: str, real: Reply, emu: Reply, real_ids: list[int], e
 @pytest.fixture(scope="module")
 def emu(tmp_path_factory) -> Iterator[SlurmJobApiEmulator]:
     # the real cluster's MinJobAge (10 s); a Slurm minute lasts a second, so time limits come fast
-    with SlurmJobApiEmulator(min_job_age=10, minute_seconds=1.0, state_dir=tmp_path_factory.mktemp("conf")) as emu:
+    with SlurmJobApiEmulator(
+        min_job_age=10, minute_seconds=1.0, state_dir=tmp_path_factory.mktemp("conf"), slurm_release=RELEASE
+    ) as emu:
         yield emu
 
 
@@ -379,7 +387,7 @@ def test_unknown_job_and_ping(sides, v):
 
     real, emu = both(sides, f"{v}/unknown", run)
     conform_all(real, emu, set(real))
-    assert (real["slurmdb_ping"][0] == 200) == (v == "v0.0.42")
+    assert (real["slurmdb_ping"][0] == 200) == (v >= "v0.0.42")
 
 
 @pytest.mark.parametrize("v", VERSIONS)
@@ -403,9 +411,9 @@ def test_rejected_submits(sides, v):
     assert "no_such_field" in warnings[0]["description"] and "no_such_field" in str(real["unknown_field"][1])
 
 
-# ---- v0.0.42 only: arrays, dependencies, purge, slurmdbd down, TIMEOUT --------------------------------
+# ---- at one version (the newest served): arrays, dependencies, purge, slurmdbd down, TIMEOUT ---------
 
-V = "v0.0.42"
+V = SERVED[-1]
 
 
 def test_array_with_one_failing_task(sides):
@@ -518,7 +526,7 @@ def test_time_limit_gives_timeout(sides):
 # ---- api_version: auto -----------------------------------------------------------------------------
 
 
-def test_api_version_auto_resolves_to_v0042(real_slurm, emu, monkeypatch):
+def test_api_version_auto_resolves_to_the_newest_served(real_slurm, emu, monkeypatch):
     import json
 
     from airflow_provider_slurmapi.hooks.slurmapi import SlurmJobApiHook
@@ -531,11 +539,12 @@ def test_api_version_auto_resolves_to_v0042(real_slurm, emu, monkeypatch):
     }
     monkeypatch.setenv("AIRFLOW_CONN_SLURMAPI_REAL_AUTO", json.dumps(direct))
     monkeypatch.setenv("AIRFLOW_CONN_SLURMAPI_EMU_AUTO", emu.connection_json(api_version="auto"))
-    assert SlurmJobApiHook(slurmapi_conn_id="slurmapi_real_auto").get_conn().api_version == "v0.0.42"
-    assert SlurmJobApiHook(slurmapi_conn_id="slurmapi_emu_auto").get_conn().api_version == "v0.0.42"
-    # and the probe the detection makes is answered the same way on both (newer versions: not served)
+    # 24.11: v0.0.42; 26.05: v0.0.45
+    assert SlurmJobApiHook(slurmapi_conn_id="slurmapi_real_auto").get_conn().api_version == SERVED[-1]
+    assert SlurmJobApiHook(slurmapi_conn_id="slurmapi_emu_auto").get_conn().api_version == SERVED[-1]
+    # and the probe the detection makes is answered the same way on both (versions not served: text 404)
     real_side, emu_side = RealSide(real_slurm, "auto"), EmuSide(emu)
-    for version in ("v0.0.44", "v0.0.43", "v0.0.42"):
+    for version in ("v0.0.45", "v0.0.44", "v0.0.43", "v0.0.42", "v0.0.41"):
         conform(
             f"ping {version}",
             real_side.call("GET", f"/slurm/{version}/ping/"),

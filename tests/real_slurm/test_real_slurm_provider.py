@@ -1,4 +1,8 @@
-"""The provider itself on real Slurm 24.11: the hook, operators and trigger over the direct transport."""
+"""The provider itself on real Slurm (24.11 or 26.05): the hook, operators and trigger over the direct transport.
+
+Per-version tests run at every version the release serves and at ``auto`` (24.11: v0.0.40-v0.0.42; 26.05:
+v0.0.42-v0.0.45); the rest use the scenarios' version (v0.0.42 on 24.11, ``auto`` -> v0.0.45 on 26.05).
+"""
 
 from __future__ import annotations
 
@@ -7,6 +11,7 @@ import json
 import time
 
 import pytest
+from slurm_cluster import RELEASE, SCENARIO_API_VERSION, SERVED
 
 from airflow_provider_slurmapi.api.errors import SlurmRequestRejectedError
 from airflow_provider_slurmapi.api.spec import JobSpec
@@ -15,12 +20,12 @@ from airflow_provider_slurmapi.hooks.slurmapi import SlurmJobApiHook
 from airflow_provider_slurmapi.triggers.slurmapi import SlurmJobTrigger
 
 pytestmark = pytest.mark.real_slurm
-VERSIONS = ["v0.0.40", "v0.0.41", "v0.0.42"]
+VERSIONS = [*SERVED, "auto"]
 
 
 @pytest.fixture
 def connect(real_slurm, monkeypatch):
-    def make(version: str = "v0.0.42", conn_id: str = "slurmapi_default") -> SlurmJobApiHook:
+    def make(version: str = SCENARIO_API_VERSION, conn_id: str = "slurmapi_default") -> SlurmJobApiHook:
         extra = {"slurmrestd_url": real_slurm.rest_url, "api_version": version}
         conn = {"conn_type": "slurmapi", "login": real_slurm.user, "password": real_slurm.jwt, "extra": extra}
         monkeypatch.setenv(f"AIRFLOW_CONN_{conn_id.upper()}", json.dumps(conn))
@@ -66,7 +71,8 @@ def test_cancel_running(real_slurm, connect, version):
     hook.cancel_job(job_id)
     done = hook.wait_for_job(job_id, poll_interval=0.2, timeout=120)
     assert done.state.base == "CANCELLED" and done.state.is_terminal
-    assert hook.cancel_job(job_id).already_finished or version != "v0.0.42"
+    # v0.0.42+ says "already completing or completed" (status[] 2021); v0.0.40/41 say nothing either way
+    assert hook.cancel_job(job_id).already_finished or version in ("v0.0.40", "v0.0.41")
 
 
 def test_purged_job_comes_from_accounting(real_slurm, connect):
@@ -111,8 +117,9 @@ def test_array_and_dependency(real_slurm, connect):
     assert states == {0: "COMPLETED", 1: "FAILED", 2: "COMPLETED"}
 
 
-def test_shared_poller_batches_on_real_slurm(real_slurm, connect):
-    hook = connect()
+@pytest.mark.parametrize("version", [SERVED[-1], "auto"])
+def test_shared_poller_batches_on_real_slurm(real_slurm, connect, version):
+    hook = connect(version)
     ids = [hook.submit(JobSpec.build("#!/bin/bash\nsleep 1\n", job(real_slurm))).job_id for _ in range(4)]
 
     async def wait_all():
@@ -217,3 +224,41 @@ def test_cancel_of_an_array_id_cancels_every_task(real_slurm, connect):
     assert done.state.base == "CANCELLED" and done.task_count == 4
     assert {t.state.base for t in done.tasks} == {"CANCELLED"}
     assert "0 of 4 tasks COMPLETED" in str(failure_error(done))
+
+
+def test_a_version_the_cluster_does_not_serve_names_those_it_does(real_slurm, connect):
+    from airflow_provider_slurmapi.api.errors import SlurmApiVersionError
+    from airflow_provider_slurmapi.api.versions import SUPPORTED_VERSIONS
+
+    unserved = next(v for v in reversed(SUPPORTED_VERSIONS) if v not in SERVED)  # 24.11: v0.0.45; 26.05: v0.0.41
+    hook = connect(unserved, conn_id="slurmapi_unserved")
+    with pytest.raises(SlurmApiVersionError, match=f"it serves {', '.join(SERVED)}. Set the connection"):
+        hook.get_job(1)
+
+
+def test_v0042_logs_once_where_slurm_deprecates_it(real_slurm, connect, caplog, monkeypatch):
+    import logging
+
+    from airflow_provider_slurmapi.api import client
+
+    monkeypatch.setattr(client, "_NOTICED", set())  # once per connection and process: earlier tests used it
+
+    caplog.set_level(logging.WARNING, logger="airflow_provider_slurmapi.api.client")
+    hook = connect("v0.0.42", conn_id="slurmapi_v0042_notice")
+    job_id = hook.submit_job("#!/bin/bash\ntrue\n", job(real_slurm))
+    hook.wait_for_job(job_id, poll_interval=0.5, timeout=120)
+    notices = [r.getMessage() for r in caplog.records if "goes away in Slurm 26.11" in r.getMessage()]
+    # Slurm 26.05 deprecates v0.0.42 (removed in 26.11); 24.11 does not
+    assert len(notices) == (1 if RELEASE == "26.05" else 0), notices
+
+
+@pytest.mark.usefixtures("airflow_db")
+@pytest.mark.parametrize("version", [SERVED[-1], "auto"])
+def test_operator_and_sensor_in_the_worker_and_deferred(real_slurm, connect, monkeypatch, version):
+    """The operator (sync and deferred) and the sensor (poke and deferred) at the newest version and auto."""
+    connect(version)  # slurmapi_default
+    monkeypatch.setenv("SLURMAPI_REAL_CWD", real_slurm.home)
+    monkeypatch.setenv("SLURMAPI_REAL_PARTITION", real_slurm.partition)
+    run = _load_real_dags()["real_wait_every_way"].test()
+    states = {ti.task_id: str(ti.state).rsplit(".", 1)[-1].lower() for ti in run.get_task_instances()}
+    assert states == dict.fromkeys(("sync", "deferred", "submit", "poke", "sense_deferred"), "success"), states

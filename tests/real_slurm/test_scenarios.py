@@ -32,6 +32,7 @@ from collections.abc import Iterator
 
 import pytest
 from backends import Backend
+from slurm_cluster import SCENARIO_RESOLVED
 
 from airflow_provider_slurmapi.api.errors import GoogleApiError, SlurmJobApiError
 from airflow_provider_slurmapi.api.identity import TaskIdentity, TaskTry
@@ -93,7 +94,7 @@ def test_accountings_name_filter_is_exact(backend, hook):
 
 def test_replies_name_slurmrestds_peer_not_the_caller(backend, hook):
     job_id = hook.submit(backend.spec(QUICK, name=unique("fact5"))).job_id
-    status, body = hook.call_slurm("GET", f"/slurm/v0.0.42/job/{job_id}")
+    status, body = hook.call_slurm("GET", f"/slurm/{SCENARIO_RESOLVED}/job/{job_id}")
     assert status == 200
     assert body["jobs"][0]["user_name"] == backend.user
     assert body["meta"]["client"]["user"] != backend.user
@@ -104,7 +105,7 @@ def test_another_users_job_is_listed_as_theirs_and_cannot_be_cancelled_by_us(bac
     job_id = other.submit(backend.spec(SLEEP, name=unique("fact6"))).job_id
     listed = {j.job_id: j for j in hook.list_jobs()}
     assert listed[job_id].user == backend.other_user
-    with pytest.raises(SlurmJobApiError, match="2002"):  # v0.0.42: 200 with status[] "Access/permission denied"
+    with pytest.raises(SlurmJobApiError, match="2002"):  # v0.0.42+: 200 with status[] "Access/permission denied"
         hook.cancel_job(job_id)
     assert not other.get_job(job_id).state.is_terminal
     other.cancel_job(job_id)
@@ -214,7 +215,8 @@ def test_a_cleared_task_cancels_its_earlier_runs_job_first(backend, hook):
     assert not second.reattached and second.cancelled == [first.job_id]
     assert backend.wait_for_end(hook, first.job_id).state.base == "CANCELLED"
     calls = [c[:2] for c in backend.emu.calls if c[0] in ("DELETE", "POST")][-2:]
-    assert calls == [("DELETE", f"/slurm/v0.0.42/job/{first.job_id}"), ("POST", "/slurm/v0.0.42/job/submit")]
+    v = SCENARIO_RESOLVED
+    assert calls == [("DELETE", f"/slurm/{v}/job/{first.job_id}"), ("POST", f"/slurm/{v}/job/submit")]
 
 
 def test_with_accounting_down_a_retry_that_cannot_know_never_submits(backend, hook):

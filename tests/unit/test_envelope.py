@@ -15,9 +15,21 @@ from airflow_provider_slurmapi.api.errors import (
 )
 from tests.fixtures import recorded, recorded_status
 
+# callSlurmRestApi's two documented reply shapes: Slurm's reply as a ``structuredBody`` object, or as a
+# ``body`` JSON string (and a ``body`` a proxy already decoded into the object).
+SHAPES = ("structuredBody", "body", "body-object")
 
-def wrap(name: str) -> bytes:
-    return json.dumps({"status": recorded_status(name), "structuredBody": recorded(name)}).encode()
+
+def wrap(name: str, shape: str = "structuredBody") -> bytes:
+    return shaped(recorded_status(name), recorded(name), shape)
+
+
+def shaped(status: int, slurm_reply: object, shape: str) -> bytes:
+    if shape == "structuredBody":
+        return json.dumps({"status": status, "structuredBody": slurm_reply}).encode()
+    if shape == "body":
+        return json.dumps({"status": status, "body": json.dumps(slurm_reply)}).encode()
+    return json.dumps({"status": status, "body": slurm_reply}).encode()
 
 
 def test_default_url_is_the_regional_endpoint():
@@ -86,15 +98,43 @@ def test_requests_of_a_megabyte_are_refused_before_sending():
         encode_envelope(Call("POST", "/slurm/v0.0.42/job/submit", {"script": big}))
 
 
-def test_reply_with_job_id():
-    reply = parse_reply(200, wrap("submit"), what="submit")
+@pytest.mark.parametrize("shape", SHAPES)
+def test_reply_with_job_id(shape):
+    reply = parse_reply(200, wrap("submit", shape), what="submit")
     assert reply.ok and reply.body["job_id"] == 1
+    assert reply.body == recorded("submit")
 
 
-def test_unknown_field_warning_is_kept():
-    reply = parse_reply(200, wrap("submit_unknown_field"), what="submit")
+@pytest.mark.parametrize("shape", SHAPES)
+def test_unknown_field_warning_is_kept(shape):
+    reply = parse_reply(200, wrap("submit_unknown_field", shape), what="submit")
     assert reply.ok
     assert "no_such_field" in reply.warnings[0].description
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_job_records_read_the_same_in_every_shape(shape):
+    from airflow_provider_slurmapi.api.operations import records
+
+    reply = parse_reply(200, wrap("job_running", shape), what="GET job")
+    assert reply.status == 200
+    assert [r["job_state"] for r in records(reply)] == [["RUNNING"]]
+
+
+def test_a_body_string_that_is_not_json_stays_text():
+    # slurmrestd's plain-text answers (404 "Unable to find requested URL ...") carried as the body string
+    text = "Unable to find requested URL endpoint."
+    reply = parse_reply(200, shaped(404, text, "body"), what="GET /slurm/v0.0.41/ping/")
+    assert reply.status == 404 and not reply.ok
+    assert reply.body == {"_text": text}
+    with pytest.raises(SlurmRequestRejectedError, match="Unable to find requested URL"):
+        reply.raise_for_errors("ping")
+
+
+@pytest.mark.parametrize("empty", ['{"status": 204, "body": ""}', '{"status": 204}', '{"status": "204", "body": null}'])
+def test_an_empty_body_is_an_empty_reply(empty):
+    reply = parse_reply(200, empty.encode(), what="DELETE x")
+    assert reply.status == 204 and reply.body == {} and reply.ok
 
 
 @pytest.mark.parametrize(
@@ -106,8 +146,9 @@ def test_unknown_field_warning_is_kept():
         ("slurmdb_job_slurmdbd_down", SlurmAccountingUnavailableError, "Unable to connect to database"),
     ],
 )
-def test_slurm_errors_are_read_whatever_the_status(name, error_cls, said):
-    reply = parse_reply(200, wrap(name), what="submit the job")
+@pytest.mark.parametrize("shape", SHAPES)
+def test_slurm_errors_are_read_whatever_the_status(name, error_cls, said, shape):
+    reply = parse_reply(200, wrap(name, shape), what="submit the job")
     with pytest.raises(error_cls) as info:
         reply.raise_for_errors("submit the job")
     assert said in str(info.value)
@@ -135,7 +176,15 @@ def test_google_errors(code, status, retryable):
     assert "denied because reasons" in str(info.value)
 
 
-@pytest.mark.parametrize("content", [b"<html>bad gateway</html>", b'{"status": 200, "structuredBo', b"[]"])
+@pytest.mark.parametrize(
+    "content",
+    [
+        b"<html>bad gateway</html>",
+        b'{"status": 200, "structuredBo',
+        b"[]",
+        b'{"status": 200, "body": "{\\"jobs\\": [tr"}',
+    ],
+)
 def test_malformed_replies_raise_clearly(content):
     from airflow_provider_slurmapi.api.errors import MalformedReplyError
 
