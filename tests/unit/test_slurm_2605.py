@@ -17,7 +17,8 @@ import pytest
 from airflow_provider_slurmapi.api import operations as ops
 from airflow_provider_slurmapi.api.envelope import Call, SlurmReply
 from airflow_provider_slurmapi.api.errors import SlurmJobNotFoundError, SlurmRequestRejectedError
-from airflow_provider_slurmapi.api.jobs import JobSpec, SlurmJob, array_tasks
+from airflow_provider_slurmapi.api.jobs import SlurmJob, array_tasks
+from airflow_provider_slurmapi.api.spec import JobSpec
 from tests.fixtures import drive_op, recorded, recorded_status
 
 V = "v0.0.45"
