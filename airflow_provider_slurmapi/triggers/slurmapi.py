@@ -18,7 +18,7 @@ from airflow_provider_slurmapi.api.jobs import SlurmArrayJob, SlurmJob
 from airflow_provider_slurmapi.api.states import DEFAULT_ERROR_BUDGET
 from airflow_provider_slurmapi.api.watch import UNRECORDED_GRACE, Deadline, JobWatch
 from airflow_provider_slurmapi.hooks.slurmapi import SlurmJobApiHook
-from airflow_provider_slurmapi.triggers.poller import SharedJobPoller
+from airflow_provider_slurmapi.triggers.poller import Observation, SharedJobPoller
 from airflow_provider_slurmapi.version_compat import AIRFLOW_V_3_0_PLUS, AIRFLOW_V_3_3_PLUS
 
 # Event statuses a trigger emits, once.
@@ -42,6 +42,9 @@ class SlurmJobTrigger(BaseTrigger):
     :param unknown_job_grace: seconds the job may be in neither the active queue nor accounting (a job
         submitted a moment ago that Slurm has not recorded yet) before an ``error`` event saying the id is
         unknown (default 600, for a job the task just submitted; the sensor passes its own, shorter one).
+    :param read_results: the job publishes its result in its comment (the operator's ``publish_results``):
+        a job that ends while in the active queue is read from there (one ``GET`` at its end), as
+        accounting keeps no comment by default (default False: the tick's batched accounting read).
 
     The event's payload: ``status`` (success, failed, reached, timeout, error), ``job_id``, ``message``
     and ``job`` (the job summary, when one was read). An array's id waits for every task: ``job`` is the
@@ -60,6 +63,7 @@ class SlurmJobTrigger(BaseTrigger):
         coalesce: bool = True,
         cancel_on_kill: bool = False,
         unknown_job_grace: float = UNRECORDED_GRACE,
+        read_results: bool = False,
     ) -> None:
         super().__init__()
         self.job_id = job_id
@@ -71,6 +75,7 @@ class SlurmJobTrigger(BaseTrigger):
         self.error_budget = int(error_budget)
         self.coalesce = bool(coalesce)
         self.cancel_on_kill = bool(cancel_on_kill)
+        self.read_results = bool(read_results)
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
@@ -85,6 +90,7 @@ class SlurmJobTrigger(BaseTrigger):
                 "coalesce": self.coalesce,
                 "cancel_on_kill": self.cancel_on_kill,
                 "unknown_job_grace": self.unknown_job_grace,
+                "read_results": self.read_results,
             },
         )
 
@@ -180,6 +186,13 @@ class SlurmJobTrigger(BaseTrigger):
             return self._event(REACHED, f"{job.label} is {job.describe_state()}", job)
         return None
 
+    def _final_record(self, seen: Observation) -> SlurmJob | None:
+        """The tick's own read of the job when it is its final record; None: one ``GET`` of the job reads
+        that (from the active queue, for the comment the job published, when the job is still there)."""
+        if self.read_results and not seen.accounted and not isinstance(seen.job, SlurmArrayJob):
+            return None
+        return seen.job
+
     def _timeout(self, last: SlurmJob | None) -> TriggerEvent:
         state = last.describe_state() if last else "unknown"
         return self._event(TIMEOUT, f"Slurm job {self.job_id} still {state} at the deadline", last)
@@ -260,7 +273,7 @@ class SlurmJobTrigger(BaseTrigger):
                         self.log.info(line)
                     if not seen.unrecorded and (seen.state.is_terminal or seen.state.base in targets):
                         try:
-                            job = seen.job if seen.job is not None else await poller.fetch(job_id)
+                            job = self._final_record(seen) or await poller.fetch(job_id)
                         except SlurmJobApiError as err:
                             error = err
                         else:
