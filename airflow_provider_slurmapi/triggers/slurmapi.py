@@ -188,10 +188,17 @@ class SlurmJobTrigger(BaseTrigger):
 
     def _final_record(self, seen: Observation) -> SlurmJob | None:
         """The tick's own read of the job when it is its final record; None: one ``GET`` of the job reads
-        that (from the active queue, for the comment the job published, when the job is still there)."""
-        if self.read_results and not seen.accounted and not isinstance(seen.job, SlurmArrayJob):
+        that (from the active queue, for the comment the job published, when the job is still there and
+        the tick's accounting record lacks it: accounting keeps no comment by default)."""
+        job = seen.job
+        if (
+            self.read_results
+            and not seen.accounted
+            and not isinstance(job, SlurmArrayJob)
+            and (job is None or job.published is None)
+        ):
             return None
-        return seen.job
+        return job
 
     def _timeout(self, last: SlurmJob | None) -> TriggerEvent:
         state = last.describe_state() if last else "unknown"

@@ -257,3 +257,38 @@ def test_a_missing_connection_is_named_in_the_event(slurmapi_emulator):
     event = bounded(SlurmJobTrigger(1, slurmapi_conn_id="no_such_connection", poll_interval=0.2))
     assert event["status"] == "error", event
     assert "no_such_connection" in event["message"] and "Could not read connection" in event["message"], event
+
+
+def _published_calls(hook, emulator, *, jobs: int) -> tuple[list[dict], list]:
+    from airflow_provider_slurmapi.api import results
+
+    comment = "airflow-ti:d/t/r/-1 try:1"
+    script = results.wrap_script('#!/bin/sh\necho line\necho \'{"n": 1}\' > "$SLURMAPI_RETURN_FILE"\n', comment)
+    ids = [submit(hook, script, comment=comment) for _ in range(jobs)]
+    start = len(emulator.calls)
+
+    async def all_of_them():
+        return await asyncio.gather(
+            *(first_event(SlurmJobTrigger(i, poll_interval=0.3, read_results=True)) for i in ids)
+        )
+
+    events = asyncio.run(all_of_them())
+    calls = emulator.calls[start:]
+    return events, [c for c in calls if "/job/" in c[1] and "/jobs/" not in c[1]]
+
+
+def test_the_final_record_carries_what_the_job_published(hook, slurmapi_emulator):
+    """Accounting keeps no comment by default: the one read of the ended job's record is from the queue."""
+    events, per_job = _published_calls(hook, slurmapi_emulator, jobs=4)
+    for event in events:
+        assert event["status"] == "success"
+        assert event["job"]["published"]["result_text"] == '{"n": 1}'
+        assert event["job"]["published"]["stdout_tail"] == "line"
+    assert len(per_job) <= len(events)  # at most one GET per job, at its end; none while it waits
+
+
+@pytest.mark.slurmapi_emulator(accounting_store_flags=["job_comment"])
+def test_accounting_that_keeps_the_comment_costs_no_extra_call(hook, slurmapi_emulator):
+    events, per_job = _published_calls(hook, slurmapi_emulator, jobs=4)
+    assert {e["job"]["published"]["result_text"] for e in events} == {'{"n": 1}'}
+    assert per_job == []
