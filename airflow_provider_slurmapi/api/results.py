@@ -225,11 +225,15 @@ if [ -z "$sc" ]; then
     return 0
 fi
 us=$(printf '\\037')
-"$sc" update "JobId=$SLURM_JOB_ID" "Comment=$head $(printf '\\036')slurmapi1$us$status$us$merged$us$result$us$o$us$e" \\
+"$sc" update "JobId=$__sa_job" "Comment=$head $(printf '\\036')slurmapi1$us$status$us$merged$us$result$us$o$us$e" \\
     2>/dev/null || [ "$1" = quiet ] ||
     echo "slurmapi: scontrol could not publish the job's result and output tail" >&2
 )
 __sa_pid=$$
+# An array task names itself <array>_<task>: the last task's $SLURM_JOB_ID is the array's own id, and
+# "scontrol update JobId=<array id>" would update every task of the array.
+__sa_job=$SLURM_JOB_ID
+[ -z "${{SLURM_ARRAY_TASK_ID:-}}" ] || __sa_job=${{SLURM_ARRAY_JOB_ID}}_$SLURM_ARRAY_TASK_ID
 __sa_timer=
 if [ -n "${{SLURM_JOB_END_TIME:-}}" ] && [ "$SLURM_JOB_END_TIME" -lt 4000000000 ] 2>/dev/null; then
     (

@@ -9,6 +9,7 @@ directory or other parameter too long"), refused once the job is ending ("Job ha
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import socketserver
 import stat
@@ -48,19 +49,30 @@ def update(cluster: Cluster, argv: list[str]) -> tuple[int, str, str]:
         values[key.lower()] = value
     text = values.pop("jobid", "")
     unknown = [k for k in values if k not in _FIELDS]
-    if not text.isdigit() or unknown:
+    array_id, sep, task_text = text.partition("_")
+    if not array_id.isdigit() or (sep and not task_text.isdigit()) or unknown:
         return 1, "", f"scontrol: error: Invalid input: {' '.join(argv[1:])}\n"
-    job_id = int(text)
     with cluster.lock:
-        job = cluster.get(job_id)
-        if job is None or not job.in_queue:
-            return 1, "", f"Invalid job id specified for job {job_id}\n"
-        if job.ending is not None or job.is_final:
-            return 1, "", f"Job has already finished for job {job_id}\n"
+        # JobId=<id>: the job, or every task of the array <id> (real slurmctld: the last task's record id
+        # is the array's, so a task that names itself by $SLURM_JOB_ID may update the whole array);
+        # JobId=<array>_<task>: that task alone.
+        jobs = cluster.active(int(array_id))
+        if sep:
+            jobs = [job for job in jobs if job.array_task_id == int(task_text)]
+        if not jobs:
+            return 1, "", f"Invalid job id specified for job {text}\n"
+        live = [job for job in jobs if job.ending is None and not job.is_final]
+        if not live:
+            return 1, "", f"Job has already finished for job {text}\n"
         if any(len(v.encode()) > FIELD_LIMIT for v in values.values()):
-            return 1, "", f"Pathname of a file, directory or other parameter too long for job {job_id}\n"
-        for key, value in values.items():
-            setattr(job.request, key, value)
+            return 1, "", f"Pathname of a file, directory or other parameter too long for job {text}\n"
+        for job in live:
+            # A task of an array shares the array's request: the update is its own (as a split-off task's is).
+            job.request = dataclasses.replace(
+                job.request,
+                comment=values.get("comment", job.request.comment),
+                extra=values.get("extra", job.request.extra),
+            )
     return 0, "", ""
 
 

@@ -15,13 +15,15 @@ from airflow_provider_slurmapi.operators.slurmapi import SlurmSubmitJobOperator
 DAGS: dict[str, DAG] = {}
 OUT_MARKER = "out-marker-7f3a"
 ERR_MARKER = "err-marker-loss-is-NaN"
+TERM_MARKER = "term-reached-the-script"
 SCRIPTS = {
     "results_value": (
         "#!/bin/bash\necho training\n"
         'printf \'{"val_acc": 0.93, "checkpoint": "ckpt-%s.pt"}\' "$SLURM_JOB_ID" > "$SLURMAPI_RETURN_FILE"\n'
     ),
     "results_failure": f"#!/bin/sh\necho {OUT_MARKER}\necho {ERR_MARKER} >&2\nexit 3\n",
-    "results_time_limit": f"#!/bin/sh\necho {OUT_MARKER}\nexec sleep 600\n",
+    # The time limit's TERM reaches the script itself: it says so in its output (after the publication).
+    "results_time_limit": f"#!/bin/bash\ntrap 'echo {TERM_MARKER}; exit 0' TERM\necho {OUT_MARKER}\nsleep 600 & wait\n",
     "results_python": (
         "#!/usr/bin/env python3\nimport json, os, sys\n"
         f"print({OUT_MARKER!r})\n"
@@ -31,7 +33,10 @@ SCRIPTS = {
     "results_not_json": "#!/bin/sh\necho 'val_acc=0.93' > \"$SLURMAPI_RETURN_FILE\"\n",
     "results_too_large": "#!/bin/sh\nyes 1234567890 | head -n 200 | tr -d '\\n' > \"$SLURMAPI_RETURN_FILE\"\n",
     "results_nothing": "#!/bin/sh\necho no result\n",
+    # One result per array task.
+    "results_array": '#!/bin/sh\necho "task $SLURM_ARRAY_TASK_ID"\necho "{\\"task\\": $SLURM_ARRAY_TASK_ID}" > "$SLURMAPI_RETURN_FILE"\n',
 }
+ARRAY = {"results_array"}
 # Separate stdout and stderr files, so that each tail is its own.
 SEPARATE = {"results_failure"}
 
@@ -53,6 +58,7 @@ for name, script in SCRIPTS.items():
                 job={"time_limit": "{{ params.time_limit }}"},
                 standard_output="out-%j.txt" if name in SEPARATE else None,
                 standard_error="err-%j.txt" if name in SEPARATE else None,
+                array="0-2" if name in ARRAY else None,
                 poll_interval=0.5,
                 deferrable=mode == "deferred",
             )

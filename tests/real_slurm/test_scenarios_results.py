@@ -8,6 +8,7 @@ deferred.
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 from backends import Backend
@@ -58,18 +59,23 @@ def test_a_failed_job_shows_its_output_and_its_error_quotes_stderr(backend, monk
     assert ti.xcom_pull(task_ids="train", key="slurm_result") is None
 
 
-def test_a_job_killed_at_its_time_limit_still_publishes_its_tail(backend, monkeypatch, capfd):
-    ti, log = run(backend, monkeypatch, capfd, "results_time_limit_sync", time_limit=backend.short_time_limit)
+@pytest.mark.parametrize("mode", MODES)
+def test_a_job_killed_at_its_time_limit_still_publishes_its_tail(backend, monkeypatch, capfd, mode):
+    ti, log = run(backend, monkeypatch, capfd, f"results_time_limit_{mode}", time_limit=backend.short_time_limit)
     assert state(ti) == "failed"
     assert "TIMEOUT" in log
     assert f"output (stdout and stderr), last 1 lines:\n{OUT}" in log
+    output = ti.xcom_pull(task_ids="train", key="slurm_job")["standard_output"]
+    assert DAGS_MODULE.TERM_MARKER in backend.host_path(output).read_text()  # the TERM reached the script
 
 
-def test_a_python_script_runs_unchanged(backend, monkeypatch, capfd):
-    ti, log = run(backend, monkeypatch, capfd, "results_python_deferred")
+@pytest.mark.parametrize("mode", MODES)
+def test_a_python_script_runs_unchanged(backend, monkeypatch, capfd, mode):
+    ti, log = run(backend, monkeypatch, capfd, f"results_python_{mode}")
     assert state(ti) == "success", log[-3000:]
     result = ti.xcom_pull(task_ids="train", key="slurm_result")
-    assert result["job"] == str(ti.xcom_pull(task_ids="train"))
+    assert result["job"] == str(ti.xcom_pull(task_ids="train"))  # its $SLURM_* environment
+    assert result["argv0"].startswith("slurmapi-script.")  # run by python3 itself, from the wrapper's copy
     assert OUT in log
 
 
@@ -82,6 +88,16 @@ def test_a_result_that_cannot_be_used_fails_the_task(backend, monkeypatch, capfd
     assert state(ti) == "failed"
     assert said in log
     assert ti.xcom_pull(task_ids="train", key="slurm_result") is None
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_an_array_publishes_one_result_per_task(backend, monkeypatch, capfd, mode):
+    ti, log = run(backend, monkeypatch, capfd, f"results_array_{mode}")
+    assert state(ti) == "success", log[-3000:]
+    job_id = ti.xcom_pull(task_ids="train")
+    result = ti.xcom_pull(task_ids="train", key="slurm_result")
+    assert result == {f"{job_id}_{n}": {"task": n} for n in range(3)}
+    assert all(f"task {n}" in log for n in range(3))
 
 
 def test_no_result_file_no_xcom(backend, monkeypatch, capfd):
@@ -120,3 +136,25 @@ def test_a_comment_over_the_limit_is_refused_by_slurm(backend, monkeypatch):
     ended = backend.wait_for_end(hook, job_id)
     assert ended.exit_code.return_code == 0, json.dumps(ended.summary())
     assert ended.comment == "a" * results.COMMENT_LIMIT
+
+
+def test_a_job_being_cancelled_can_no_longer_update_its_comment(backend, monkeypatch):
+    """Why the wrapper also publishes before the time limit: once slurmctld marks a job as ending (cancel,
+    time limit), the job's own ``scontrol update`` is refused, though its TERM trap still runs."""
+    hook = backend.connect(monkeypatch)
+    script = (
+        "#!/bin/bash\n"
+        "trap 'scontrol update JobId=$SLURM_JOB_ID Comment=late; echo late-rc=$?; exit 0' TERM\n"
+        "scontrol update JobId=$SLURM_JOB_ID Comment=early\n"
+        "sleep 600 & wait\n"
+    )
+    job_id = hook.submit(backend.spec(script, standard_output="cancel-%j.out")).job_id
+    deadline = time.monotonic() + 60
+    while hook.get_job(job_id).comment != "early":
+        assert time.monotonic() < deadline, "the running job did not update its own comment"
+        time.sleep(0.3)
+    hook.cancel_job(job_id)
+    ended = backend.wait_for_end(hook, job_id)
+    assert ended.state.base == "CANCELLED" and ended.comment == "early"
+    output = backend.host_path(f"{backend.cwd}/cancel-{job_id}.out").read_text()
+    assert "Job has already finished" in output and "late-rc=1" in output

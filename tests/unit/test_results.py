@@ -25,6 +25,7 @@ TAG = "airflow-ti:dag/train/manual__2026-01-01/-1 try:1"
 # Records each update's comment (NUL-terminated) and refuses what slurmctld refuses.
 SCONTROL = """#!/bin/sh
 [ "$1" = update ] || exit 1
+printf '%s\n' "$2" >> "$SCONTROL_LOG.ids"
 for a in "$@"; do
     case $a in
     Comment=*)
@@ -171,6 +172,13 @@ def test_without_scontrol_the_script_still_runs_and_keeps_its_exit_code(tmp_path
 def test_the_return_file_and_the_script_copy_are_removed(tmp_path):
     run(tmp_path, '#!/bin/sh\necho 1 > "$SLURMAPI_RETURN_FILE"\necho "$SLURMAPI_RETURN_FILE"\n')
     assert sorted(p.name for p in tmp_path.glob("slurmapi-*")) == []
+
+
+def test_a_job_and_an_array_task_each_update_only_their_own_record(tmp_path):
+    run(tmp_path, "#!/bin/sh\n")
+    run(tmp_path, "#!/bin/sh\n", env={"SLURM_ARRAY_JOB_ID": "4240", "SLURM_ARRAY_TASK_ID": "2"})
+    # JobId=<array id> would update every task of the array (the last task's $SLURM_JOB_ID is the array's)
+    assert (tmp_path / "scontrol.log.ids").read_text().split() == ["JobId=4242", "JobId=4240_2"]
 
 
 def test_a_comment_that_leaves_no_room_is_seen_before_sending():
