@@ -13,6 +13,13 @@ the entries of several arrays cannot be told apart. An id is known to be an arra
 array's task records (one call, two at its end: ``get_job``), and the trigger gets the whole array. If the cluster refuses the batched paths, the poller falls back to one
 call per job. The poller lives only in memory: it starts with its first subscriber and stops with the
 last, so nothing needs sharing between triggerer processes.
+
+A subscriber that reads what its job published at its end (``subscribe(..., published=True)``, the
+operator's ``publish_results``; :mod:`~airflow_provider_slurmapi.api.results`) needs the job's comment,
+which accounting keeps only with ``AccountingStoreFlags=job_comment``: the tick reads the records of such
+jobs that ended in the active queue from there when their accounting records lack it, with one call
+(``queued_jobs``: the job, or the whole queue when several ended), so a tick still costs a bounded number
+of calls however many jobs end at once.
 """
 
 from __future__ import annotations
@@ -27,7 +34,7 @@ from airflow_provider_slurmapi.api import versions
 from airflow_provider_slurmapi.api.client import AsyncSlurmJobApiClient
 from airflow_provider_slurmapi.api.errors import GoogleApiError, SlurmApiError, SlurmJobApiError, SlurmJobSpecError
 from airflow_provider_slurmapi.api.jobs import JobState, SlurmArrayJob, SlurmJob
-from airflow_provider_slurmapi.api.operations import accounted_jobs, states_in_queue
+from airflow_provider_slurmapi.api.operations import accounted_jobs, queued_jobs, states_in_queue
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +71,8 @@ class SharedJobPoller:
         self._delivered: dict[asyncio.Queue[Observation], Observation] = {}
         self.batched = True
         self._task: asyncio.Task[None] | None = None
+        # Subscribed ids whose final record must carry what the job published (its comment).
+        self.published: set[str] = set()
 
     @classmethod
     def get(cls, conn_key: str, interval: float, make_client: Callable[[], AsyncSlurmJobApiClient]) -> SharedJobPoller:
@@ -78,10 +87,13 @@ class SharedJobPoller:
     def active(cls) -> list[SharedJobPoller]:
         return list(cls._registry.values())
 
-    def subscribe(self, job_id: object) -> asyncio.Queue[Observation]:
-        """Follow ``job_id``: its observations arrive on the returned queue, one per change."""
+    def subscribe(self, job_id: object, *, published: bool = False) -> asyncio.Queue[Observation]:
+        """Follow ``job_id``: its observations arrive on the returned queue, one per change. ``published``:
+        the final record carries the job's comment (read from the active queue when accounting lacks it)."""
         queue: asyncio.Queue[Observation] = asyncio.Queue()
         self.subscribers.setdefault(_key(job_id), set()).add(queue)
+        if published:
+            self.published.add(_key(job_id))
         if self._task is None or self._task.done():
             self._task = asyncio.get_running_loop().create_task(self._run(), name=f"slurm-poller-{self.key[1]}")
         return queue
@@ -96,6 +108,7 @@ class SharedJobPoller:
             if not queues:
                 del self.subscribers[key]
                 self.arrays.discard(key)
+                self.published.discard(key)
         if not self.subscribers:
             self._registry.pop(self.key, None)
             task, self._task = self._task, None
@@ -194,10 +207,34 @@ class SharedJobPoller:
                     else:
                         # Neither in the queue nor (yet) in accounting: just submitted, or no such job.
                         seen[job_id] = Observation(state=JobState("PENDING"), unrecorded=True)
+        await self._read_published(version, seen)
         for job_id in ids:
             if job_id in self.arrays:
                 seen[job_id] = await self._observe_one(job_id)
         return seen
+
+    async def _read_published(self, version: str, seen: dict[str, Observation]) -> None:
+        """The queue's records of the jobs that ended there and whose subscribers need what they published."""
+        ask = [
+            job_id
+            for job_id, observed in seen.items()
+            if job_id in self.published
+            and job_id not in self.arrays
+            and not observed.accounted
+            and observed.state is not None
+            and observed.state.is_terminal
+            and (observed.job is None or observed.job.published is None)
+        ]
+        if not ask:
+            return
+        try:
+            queued = await self.client.run(queued_jobs(version, ask))
+        except SlurmJobApiError as err:
+            log.warning("Could not read the published records of %s from the queue: %s", ", ".join(ask), err)
+            return  # the accounting records stand (the task log says what could not be read)
+        for job_id, job in queued.items():
+            if job.state.is_terminal:
+                seen[job_id].job = job
 
     async def _observe_one(self, job_id: str) -> Observation:
         """One job (a whole array) read in full: its state, and its record when it is an array or ended."""

@@ -18,7 +18,7 @@ from airflow_provider_slurmapi.api.jobs import SlurmArrayJob, SlurmJob
 from airflow_provider_slurmapi.api.states import DEFAULT_ERROR_BUDGET
 from airflow_provider_slurmapi.api.watch import UNRECORDED_GRACE, Deadline, JobWatch
 from airflow_provider_slurmapi.hooks.slurmapi import SlurmJobApiHook
-from airflow_provider_slurmapi.triggers.poller import Observation, SharedJobPoller
+from airflow_provider_slurmapi.triggers.poller import SharedJobPoller
 from airflow_provider_slurmapi.version_compat import AIRFLOW_V_3_0_PLUS, AIRFLOW_V_3_3_PLUS
 
 # Event statuses a trigger emits, once.
@@ -43,8 +43,8 @@ class SlurmJobTrigger(BaseTrigger):
         submitted a moment ago that Slurm has not recorded yet) before an ``error`` event saying the id is
         unknown (default 600, for a job the task just submitted; the sensor passes its own, shorter one).
     :param read_results: the job publishes its result in its comment (the operator's ``publish_results``):
-        a job that ends while in the active queue is read from there (one ``GET`` at its end), as
-        accounting keeps no comment by default (default False: the tick's batched accounting read).
+        its final record is read from the active queue when accounting lacks the comment (it keeps none by
+        default; the shared poller reads all such jobs of a tick with one call) (default False).
 
     The event's payload: ``status`` (success, failed, reached, timeout, error), ``job_id``, ``message``
     and ``job`` (the job summary, when one was read). An array's id waits for every task: ``job`` is the
@@ -186,20 +186,6 @@ class SlurmJobTrigger(BaseTrigger):
             return self._event(REACHED, f"{job.label} is {job.describe_state()}", job)
         return None
 
-    def _final_record(self, seen: Observation) -> SlurmJob | None:
-        """The tick's own read of the job when it is its final record; None: one ``GET`` of the job reads
-        that (from the active queue, for the comment the job published, when the job is still there and
-        the tick's accounting record lacks it: accounting keeps no comment by default)."""
-        job = seen.job
-        if (
-            self.read_results
-            and not seen.accounted
-            and not isinstance(job, SlurmArrayJob)
-            and (job is None or job.published is None)
-        ):
-            return None
-        return job
-
     def _timeout(self, last: SlurmJob | None) -> TriggerEvent:
         state = last.describe_state() if last else "unknown"
         return self._event(TIMEOUT, f"Slurm job {self.job_id} still {state} at the deadline", last)
@@ -254,7 +240,7 @@ class SlurmJobTrigger(BaseTrigger):
         poller = SharedJobPoller.get(
             conn_key, self.poll_interval, lambda: AsyncSlurmJobApiClient(settings.cluster, **settings.client_kwargs())
         )
-        queue = poller.subscribe(job_id)
+        queue = poller.subscribe(job_id, published=self.read_results)
         try:
             while True:
                 remaining = deadline.remaining()
@@ -280,7 +266,7 @@ class SlurmJobTrigger(BaseTrigger):
                         self.log.info(line)
                     if not seen.unrecorded and (seen.state.is_terminal or seen.state.base in targets):
                         try:
-                            job = self._final_record(seen) or await poller.fetch(job_id)
+                            job = seen.job if seen.job is not None else await poller.fetch(job_id)
                         except SlurmJobApiError as err:
                             error = err
                         else:

@@ -260,11 +260,14 @@ def test_a_missing_connection_is_named_in_the_event(slurmapi_emulator):
 
 
 def _published_calls(hook, emulator, *, jobs: int) -> tuple[list[dict], list]:
+    """``jobs`` wrapped jobs that have all ended, then their triggers: their events and the calls they made."""
     from airflow_provider_slurmapi.api import results
 
     comment = "airflow-ti:d/t/r/-1 try:1"
     script = results.wrap_script('#!/bin/sh\necho line\necho \'{"n": 1}\' > "$SLURMAPI_RETURN_FILE"\n', comment)
     ids = [submit(hook, script, comment=comment) for _ in range(jobs)]
+    for job_id in ids:
+        hook.wait_for_job(job_id, poll_interval=0.2, timeout=60)
     start = len(emulator.calls)
 
     async def all_of_them():
@@ -273,22 +276,35 @@ def _published_calls(hook, emulator, *, jobs: int) -> tuple[list[dict], list]:
         )
 
     events = asyncio.run(all_of_them())
-    calls = emulator.calls[start:]
-    return events, [c for c in calls if "/job/" in c[1] and "/jobs/" not in c[1]]
+    return events, [c[1] for c in emulator.calls[start:]]
 
 
-def test_the_final_record_carries_what_the_job_published(hook, slurmapi_emulator):
-    """Accounting keeps no comment by default: the one read of the ended job's record is from the queue."""
-    events, per_job = _published_calls(hook, slurmapi_emulator, jobs=4)
+def test_the_final_record_carries_what_the_job_published_at_one_call_per_tick(hook, slurmapi_emulator):
+    """Accounting keeps no comment by default: the jobs that ended in the queue are read from there, all
+    of a tick's with one call (the whole queue), not one per job."""
+    events, calls = _published_calls(hook, slurmapi_emulator, jobs=5)
     for event in events:
         assert event["status"] == "success"
         assert event["job"]["published"]["result_text"] == '{"n": 1}'
         assert event["job"]["published"]["stdout_tail"] == "line"
-    assert len(per_job) <= len(events)  # at most one GET per job, at its end; none while it waits
+    ticks: list[list[str]] = []  # each tick starts with its batched state call
+    for call in calls:
+        if "/jobs/state/" in call:
+            ticks.append([])
+        ticks[-1].append(call)
+    for tick in ticks:
+        reads = [c for c in tick if "/job/" in c or c.endswith("/jobs/")]
+        assert len(tick) <= 3 and len(reads) <= 1, tick  # state, accounting, at most one queue read
 
 
 @pytest.mark.slurmapi_emulator(accounting_store_flags=["job_comment"])
 def test_accounting_that_keeps_the_comment_costs_no_extra_call(hook, slurmapi_emulator):
-    events, per_job = _published_calls(hook, slurmapi_emulator, jobs=4)
+    events, calls = _published_calls(hook, slurmapi_emulator, jobs=3)
     assert {e["job"]["published"]["result_text"] for e in events} == {'{"n": 1}'}
-    assert per_job == []
+    assert not [c for c in calls if c.endswith("/jobs/") or "/job/" in c], calls
+
+
+def test_one_ended_job_is_read_with_one_get(hook, slurmapi_emulator):
+    events, calls = _published_calls(hook, slurmapi_emulator, jobs=1)
+    assert events[0]["job"]["published"]["result_text"] == '{"n": 1}'
+    assert [c for c in calls if "/job/" in c or c.endswith("/jobs/")] == [f"/slurm/v0.0.42/job/{events[0]['job_id']}"]
