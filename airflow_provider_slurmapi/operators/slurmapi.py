@@ -22,7 +22,13 @@ from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from typing import Any
 
-from airflow.providers.common.compat.sdk import AirflowException, AirflowFailException, BaseOperator, mask_secret
+from airflow.providers.common.compat.sdk import (
+    AirflowException,
+    AirflowFailException,
+    BaseOperator,
+    mask_secret,
+    redact,
+)
 
 from airflow_provider_slurmapi.api import checks, results
 from airflow_provider_slurmapi.api.errors import (
@@ -413,7 +419,8 @@ class SlurmSubmitJobOperator(BaseOperator):
             return
         reading = results.read(summary)
         for line in reading.log:
-            self.log.info(line)
+            # the job's own output: what Airflow masks stays masked (also where a log handler would not)
+            self.log.info("%s", redact(line))
         if reading.error and succeeded:
             raise SlurmJobFailedNoRetry(reading.error)
         if reading.error:
@@ -424,7 +431,7 @@ class SlurmSubmitJobOperator(BaseOperator):
 
     def _with_quote(self, message: str, summary: dict[str, Any]) -> str:
         """A failure's message, with the last lines of the job's stderr when it published them."""
-        quote = results.read(summary).quote if self.publish_results else ""
+        quote = str(redact(results.read(summary).quote)) if self.publish_results else ""
         return f"{message}\nLast lines of its stderr:\n{quote}" if quote else message
 
     def execute_complete(self, context: Any, event: dict[str, Any]) -> int:

@@ -16,6 +16,7 @@ DAGS: dict[str, DAG] = {}
 OUT_MARKER = "out-marker-7f3a"
 ERR_MARKER = "err-marker-loss-is-NaN"
 TERM_MARKER = "term-reached-the-script"
+SECRET = "s3cr3t-9d1c"
 SCRIPTS = {
     "results_value": (
         "#!/bin/bash\necho training\n"
@@ -33,6 +34,8 @@ SCRIPTS = {
     "results_not_json": "#!/bin/sh\necho 'val_acc=0.93' > \"$SLURMAPI_RETURN_FILE\"\n",
     "results_too_large": "#!/bin/sh\nyes 1234567890 | head -n 200 | tr -d '\\n' > \"$SLURMAPI_RETURN_FILE\"\n",
     "results_nothing": "#!/bin/sh\necho no result\n",
+    # A value Airflow masks (a secret-looking environment entry) stays masked in the published tail.
+    "results_masked": '#!/bin/sh\necho "token is $API_TOKEN"\n',
     # One result per array task.
     "results_array": '#!/bin/sh\necho "task $SLURM_ARRAY_TASK_ID"\necho "{\\"task\\": $SLURM_ARRAY_TASK_ID}" > "$SLURMAPI_RETURN_FILE"\n',
 }
@@ -59,6 +62,7 @@ for name, script in SCRIPTS.items():
                 standard_output="out-%j.txt" if name in SEPARATE else None,
                 standard_error="err-%j.txt" if name in SEPARATE else None,
                 array="0-2" if name in ARRAY else None,
+                environment={"API_TOKEN": SECRET} if name == "results_masked" else None,
                 poll_interval=0.5,
                 deferrable=mode == "deferred",
             )

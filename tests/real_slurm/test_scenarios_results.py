@@ -100,6 +100,12 @@ def test_an_array_publishes_one_result_per_task(backend, monkeypatch, capfd, mod
     assert all(f"task {n}" in log for n in range(3))
 
 
+def test_a_masked_value_stays_masked_in_the_tail(backend, monkeypatch, capfd):
+    ti, log = run(backend, monkeypatch, capfd, "results_masked_sync")
+    assert state(ti) == "success", log[-3000:]
+    assert "token is ***" in log and DAGS_MODULE.SECRET not in log, log[-4000:]
+
+
 def test_no_result_file_no_xcom(backend, monkeypatch, capfd):
     ti, log = run(backend, monkeypatch, capfd, "results_nothing_deferred")
     assert state(ti) == "success"
