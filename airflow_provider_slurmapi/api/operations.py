@@ -231,7 +231,14 @@ def queued_jobs(version: str, job_ids: list[str]) -> Operation[dict[str, SlurmJo
         job = yield from get_active_job(version, job_ids[0])
         return {job_ids[0]: job} if job is not None else {}
     wanted = set(job_ids)
-    return {str(job.job_id): job for job in (yield from list_jobs(version)) if str(job.job_id) in wanted}
+    reply = yield Call("GET", versions.jobs_path(version))
+    reply.raise_for_errors("list jobs")
+    # Only the wanted records are parsed: the whole queue may hold thousands.
+    return {
+        str(record.get("job_id")): SlurmJob.from_job_info(record, version)
+        for record in records(reply)
+        if str(record.get("job_id")) in wanted
+    }
 
 
 def cancel_job(version: str, job_id: object) -> Operation[Cancelled]:
