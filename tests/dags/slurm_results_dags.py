@@ -36,6 +36,8 @@ SCRIPTS = {
     "results_nothing": "#!/bin/sh\necho no result\n",
     # A value Airflow masks (a secret-looking environment entry) stays masked in the published tail.
     "results_masked": '#!/bin/sh\necho "token is $API_TOKEN"\n',
+    # publish_results=False: the script is submitted as it is; it sees no $SLURMAPI_RETURN_FILE.
+    "results_off": '#!/bin/sh\necho "return file: [${SLURMAPI_RETURN_FILE:-unset}] $0"\n',
     # One result per array task.
     "results_array": '#!/bin/sh\necho "task $SLURM_ARRAY_TASK_ID"\necho "{\\"task\\": $SLURM_ARRAY_TASK_ID}" > "$SLURMAPI_RETURN_FILE"\n',
 }
@@ -63,6 +65,7 @@ for name, script in SCRIPTS.items():
                 standard_error="err-%j.txt" if name in SEPARATE else None,
                 array="0-2" if name in ARRAY else None,
                 environment={"API_TOKEN": SECRET} if name == "results_masked" else None,
+                publish_results=name != "results_off",
                 poll_interval=0.5,
                 deferrable=mode == "deferred",
             )

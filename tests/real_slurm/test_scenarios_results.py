@@ -106,6 +106,19 @@ def test_a_masked_value_stays_masked_in_the_tail(backend, monkeypatch, capfd):
     assert "token is ***" in log and DAGS_MODULE.SECRET not in log, log[-4000:]
 
 
+def test_publish_results_false_submits_the_script_as_it_is(backend, monkeypatch, capfd):
+    ti, log = run(backend, monkeypatch, capfd, "results_off_sync")
+    assert state(ti) == "success", log[-3000:]
+    job = ti.xcom_pull(task_ids="train", key="slurm_job")
+    output = backend.host_path(job["standard_output"]).read_text()
+    assert "return file: [unset]" in output and "slurmapi-script" not in output  # no wrapper around it
+    hook = backend.connect(monkeypatch)
+    record = hook.get_job(job["job_id"])
+    assert results.parse(record.comment) is None and record.comment.startswith("airflow-ti:")
+    assert ti.xcom_pull(task_ids="train", key="slurm_result") is None
+    assert "output tail" not in log and "last 1 lines" not in log
+
+
 def test_no_result_file_no_xcom(backend, monkeypatch, capfd):
     ti, log = run(backend, monkeypatch, capfd, "results_nothing_deferred")
     assert state(ti) == "success"
