@@ -18,8 +18,9 @@ A subscriber that reads what its job published at its end (``subscribe(..., publ
 operator's ``publish_results``; :mod:`~airflow_provider_slurmapi.api.results`) needs the job's comment,
 which accounting keeps only with ``AccountingStoreFlags=job_comment``: the tick reads the records of such
 jobs that ended in the active queue from there when their accounting records lack it, with one call
-(``queued_jobs``: the job, or the whole queue when several ended), so a tick still costs a bounded number
-of calls however many jobs end at once.
+(``queued_jobs``: the job, or the whole queue when several ended). Once an ended job read from both showed
+that accounting keeps no comment (``comments_accounted``), that read replaces the accounting read for such
+jobs, so a tick costs as many calls as without it, however many jobs end at once.
 """
 
 from __future__ import annotations
@@ -73,6 +74,9 @@ class SharedJobPoller:
         self._task: asyncio.Task[None] | None = None
         # Subscribed ids whose final record must carry what the job published (its comment).
         self.published: set[str] = set()
+        # Whether this cluster's accounting keeps job comments (AccountingStoreFlags=job_comment), learnt
+        # from an ended job read from both: once known not to, such jobs are read from the queue only.
+        self.comments_accounted: bool | None = None
 
     @classmethod
     def get(cls, conn_key: str, interval: float, make_client: Callable[[], AsyncSlurmJobApiClient]) -> SharedJobPoller:
@@ -179,12 +183,24 @@ class SharedJobPoller:
         wanted = set(ids)
         self.arrays.update(key.split("_")[0] for key in states if "_" in key and key.split("_")[0] in wanted)
         seen = {job_id: Observation(state=states[job_id]) for job_id in ids if job_id in states}
+        ended_here = [
+            job_id
+            for job_id in ids
+            if job_id in self.published
+            and job_id not in self.arrays
+            and job_id in states
+            and states[job_id].is_terminal
+        ]
+        queue_only = set(ended_here) if self.comments_accounted is False else set()
         # One accounting call for the jobs that left the queue and those that just ended in it (for
         # their full records): a tick costs ceil(N/500) + 1 calls, however many jobs end at once.
+        # Ended jobs whose comment accounting is known not to keep are read from the queue instead.
         ask = [
             job_id
             for job_id in ids
-            if job_id not in self.arrays and (job_id not in states or states[job_id].is_terminal)
+            if job_id not in self.arrays
+            and (job_id not in states or states[job_id].is_terminal)
+            and job_id not in queue_only
         ]
         if ask:
             try:
@@ -207,24 +223,20 @@ class SharedJobPoller:
                     else:
                         # Neither in the queue nor (yet) in accounting: just submitted, or no such job.
                         seen[job_id] = Observation(state=JobState("PENDING"), unrecorded=True)
-        await self._read_published(version, seen)
+        await self._read_published(version, seen, ended_here)
         for job_id in ids:
             if job_id in self.arrays:
                 seen[job_id] = await self._observe_one(job_id)
         return seen
 
-    async def _read_published(self, version: str, seen: dict[str, Observation]) -> None:
-        """The queue's records of the jobs that ended there and whose subscribers need what they published."""
-        ask = [
-            job_id
-            for job_id, observed in seen.items()
-            if job_id in self.published
-            and job_id not in self.arrays
-            and not observed.accounted
-            and observed.state is not None
-            and observed.state.is_terminal
-            and (observed.job is None or observed.job.published is None)
-        ]
+    async def _read_published(self, version: str, seen: dict[str, Observation], ended_here: list[str]) -> None:
+        """The queue's records of the jobs that ended there and whose subscribers need what they published,
+        when their accounting records lack it (with one call, ``queued_jobs``)."""
+        for job_id in ended_here:
+            accounted = seen[job_id].job
+            if accounted is not None and accounted.published is not None:
+                self.comments_accounted = True
+        ask = [job_id for job_id in ended_here if _unpublished(seen[job_id].job)]
         if not ask:
             return
         try:
@@ -233,8 +245,11 @@ class SharedJobPoller:
             log.warning("Could not read the published records of %s from the queue: %s", ", ".join(ask), err)
             return  # the accounting records stand (the task log says what could not be read)
         for job_id, job in queued.items():
-            if job.state.is_terminal:
-                seen[job_id].job = job
+            if not job.state.is_terminal:
+                continue
+            if job.published is not None and seen[job_id].job is not None:
+                self.comments_accounted = False  # accounting's record of the same ended job lacks it
+            seen[job_id].job = job
 
     async def _observe_one(self, job_id: str) -> Observation:
         """One job (a whole array) read in full: its state, and its record when it is an array or ended."""
@@ -252,6 +267,10 @@ class SharedJobPoller:
 
     async def _observe_each(self, ids: list[str]) -> dict[str, Observation]:
         return {job_id: await self._observe_one(job_id) for job_id in ids}
+
+
+def _unpublished(job: SlurmJob | None) -> bool:
+    return job is None or job.published is None
 
 
 def _key(job_id: object) -> str:
