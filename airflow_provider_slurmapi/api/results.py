@@ -225,9 +225,18 @@ if [ -z "$sc" ]; then
     return 0
 fi
 us=$(printf '\\037')
-"$sc" update "JobId=$__sa_job" "Comment=$head $(printf '\\036')slurmapi1$us$status$us$merged$us$result$us$o$us$e" \\
-    2>/dev/null || [ "$1" = quiet ] ||
-    echo "slurmapi: scontrol could not publish the job's result and output tail" >&2
+record="$head $(printf '\\036')slurmapi1$us$status$us$merged$us$result$us$o$us$e"
+# A busy slurmctld may time out: try again (not after a signal: the job is ending, Slurm refuses).
+tries=3
+[ "$1" != signalled ] || tries=1
+until "$sc" update "JobId=$__sa_job" "Comment=$record" 2>/dev/null; do
+    tries=$((tries - 1))
+    if [ "$tries" -le 0 ]; then
+        [ -n "$1" ] || echo "slurmapi: scontrol could not publish the job's result and output tail" >&2
+        return 0
+    fi
+    sleep 1
+done
 )
 __sa_pid=$$
 # An array task names itself <array>_<task>: the last task's $SLURM_JOB_ID is the array's own id, and
@@ -245,7 +254,7 @@ if [ -n "${{SLURM_JOB_END_TIME:-}}" ] && [ "$SLURM_JOB_END_TIME" -lt 4000000000 
             [ "$__sa_left" -le 5 ] || __sa_left=5
             sleep "$__sa_left"
         done
-        __sa_publish quiet
+        __sa_publish early
     ) &
     __sa_timer=$!
 fi
@@ -262,7 +271,7 @@ trap '__sa_signalled=1' TERM INT HUP USR1 USR2
 if [ -n "$__sa_arg" ]; then "$__sa_prog" "$__sa_arg" "$__sa_script"; else "$__sa_prog" "$__sa_script"; fi
 __sa_rc=$?
 [ -z "$__sa_timer" ] || kill "$__sa_timer" 2>/dev/null
-if [ -n "$__sa_signalled" ]; then __sa_publish quiet; else __sa_publish; fi
+if [ -n "$__sa_signalled" ]; then __sa_publish signalled; else __sa_publish; fi
 rm -f "$__sa_script" "$SLURMAPI_RETURN_FILE"
 if [ "$__sa_rc" -gt 128 ] && [ "$__sa_rc" -lt 160 ]; then
     trap - TERM INT HUP USR1 USR2

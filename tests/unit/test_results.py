@@ -25,6 +25,10 @@ TAG = "airflow-ti:dag/train/manual__2026-01-01/-1 try:1"
 # Records each update's comment (NUL-terminated) and refuses what slurmctld refuses.
 SCONTROL = """#!/bin/sh
 [ "$1" = update ] || exit 1
+if [ -s "$SCONTROL_LOG.fail" ]; then  # fail this many times first (a busy slurmctld)
+    n=$(cat "$SCONTROL_LOG.fail"); echo $((n - 1)) > "$SCONTROL_LOG.fail"
+    [ "$n" -le 0 ] || { echo "Socket timed out on send/recv operation" >&2; exit 1; }
+fi
 printf '%s\n' "$2" >> "$SCONTROL_LOG.ids"
 for a in "$@"; do
     case $a in
@@ -179,6 +183,16 @@ def test_a_job_and_an_array_task_each_update_only_their_own_record(tmp_path):
     run(tmp_path, "#!/bin/sh\n", env={"SLURM_ARRAY_JOB_ID": "4240", "SLURM_ARRAY_TASK_ID": "2"})
     # JobId=<array id> would update every task of the array (the last task's $SLURM_JOB_ID is the array's)
     assert (tmp_path / "scontrol.log.ids").read_text().split() == ["JobId=4242", "JobId=4240_2"]
+
+
+def test_a_busy_slurmctld_is_asked_again_and_a_lasting_failure_is_said(tmp_path):
+    (tmp_path / "scontrol.log.fail").write_text("2")
+    rc, comments, _, err = run(tmp_path, "#!/bin/sh\necho once\n")
+    assert rc == 0 and published(comments[0]).stdout_tail == "once" and err == ""
+    (tmp_path / "scontrol.log.fail").write_text("9")
+    rc, comments, _, err = run(tmp_path, "#!/bin/sh\nexit 2\n")
+    assert rc == 2 and len(comments) == 1  # three tries, none passed
+    assert "scontrol could not publish the job's result and output tail" in err
 
 
 def test_a_comment_that_leaves_no_room_is_seen_before_sending():
