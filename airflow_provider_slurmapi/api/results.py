@@ -254,6 +254,7 @@ if [ -n "${{SLURM_JOB_END_TIME:-}}" ] && [ "$SLURM_JOB_END_TIME" -lt 4000000000 
             [ "$__sa_left" -le 5 ] || __sa_left=5
             sleep "$__sa_left"
         done
+        trap '' TERM  # a publication under way ends before the final one starts (see below)
         __sa_publish early
     ) &
     __sa_timer=$!
@@ -270,7 +271,10 @@ __sa_signalled=
 trap '__sa_signalled=1' TERM INT HUP USR1 USR2
 if [ -n "$__sa_arg" ]; then "$__sa_prog" "$__sa_arg" "$__sa_script"; else "$__sa_prog" "$__sa_script"; fi
 __sa_rc=$?
-[ -z "$__sa_timer" ] || kill "$__sa_timer" 2>/dev/null
+if [ -n "$__sa_timer" ]; then
+    kill "$__sa_timer" 2>/dev/null
+    wait "$__sa_timer" 2>/dev/null
+fi
 if [ -n "$__sa_signalled" ]; then __sa_publish signalled; else __sa_publish; fi
 rm -f "$__sa_script" "$SLURMAPI_RETURN_FILE"
 if [ "$__sa_rc" -gt 128 ] && [ "$__sa_rc" -lt 160 ]; then

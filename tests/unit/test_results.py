@@ -12,6 +12,7 @@ import os
 import shutil
 import signal
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -193,6 +194,17 @@ def test_a_busy_slurmctld_is_asked_again_and_a_lasting_failure_is_said(tmp_path)
     rc, comments, _, err = run(tmp_path, "#!/bin/sh\nexit 2\n")
     assert rc == 2 and len(comments) == 1  # three tries, none passed
     assert "scontrol could not publish the job's result and output tail" in err
+
+
+def test_a_time_limited_job_publishes_before_its_end_and_the_final_record_wins(tmp_path):
+    """Slurm refuses the update of a job killed at its time limit: the wrapper publishes before
+    ``$SLURM_JOB_END_TIME`` (halfway through a short limit), and a job that ends normally later publishes
+    again, after that publication (never overwritten by it)."""
+    script = '#!/bin/sh\necho before\nwhile [ ! -s "$SCONTROL_LOG" ]; do sleep 0.1; done\necho after\n'  # ends once the early publication is in
+    end = str(int(time.time()) + 4)
+    rc, comments, _, _ = run(tmp_path, script, env={"SLURM_JOB_END_TIME": end})
+    assert rc == 0
+    assert [published(c).stdout_tail for c in comments] == ["before", "before\nafter"]
 
 
 def test_a_comment_that_leaves_no_room_is_seen_before_sending():
