@@ -3,6 +3,20 @@
 The job publishes its result and the tail of its output in its own Slurm comment (api/results.py);
 the same test code on both backends (``backends.py``), with the operator waiting in the worker and
 deferred.
+
+Facts of real Slurm 24.11.5 the design depends on, each pinned by a scenario here:
+
+- a running job's own ``scontrol update JobId=$SLURM_JOB_ID Comment=...`` succeeds as the job's user, and
+  ``GET /slurm/{v}/job/{id}`` returns the new comment until the job leaves the queue; quotes, newlines,
+  backslashes and the RS/US control characters survive (``test_the_json_...``, ``test_a_failed_job_...``);
+- a comment of 1024 bytes passes, 1025 is refused (``test_a_comment_over_the_limit_is_refused_by_slurm``;
+  measured by hand: ``Extra`` has the same limit);
+- once slurmctld marks a job as ending (cancel, time limit) its update is refused ("Job has already
+  finished"), though its TERM trap still runs (``test_a_job_being_cancelled_...``, ``test_a_job_killed_...``);
+- at the time limit every process of the job gets TERM, the script too (``test_a_job_killed_...``);
+- the last task of an array has the array's own id as ``$SLURM_JOB_ID``, and an update of that id reaches
+  every task of the array: a task must name itself ``<array>_<task>`` (``test_an_array_...``);
+- accounting keeps no comment by default (``test_a_record_read_after_the_job_left_the_queue_...``).
 """
 
 from __future__ import annotations
