@@ -13,6 +13,9 @@ come staggered over the next ``--spread`` seconds. So every mode waits through t
 Modes:
 
 - ``coalesced``: ``SlurmJobTrigger`` as shipped (one shared poller per connection and interval).
+- ``results`` (``--modes coalesced,results``): ``coalesced`` with ``read_results=True``, as the operator's
+  ``publish_results`` (default) runs it: the jobs that ended in the queue are read from there when accounting
+  lacks their comment (a simulated job publishes nothing, so every ended job is read: the worst case).
 - ``baseline``: what the usual provider does (issue #7's definition): each trigger reads the connection,
   has its own httpx client and its own token source, and makes one GET per job per tick.
 - ``slow-token`` (with ``--slow-token S``): ``coalesced`` again, but ``--slow-token-at`` seconds into the
@@ -208,7 +211,7 @@ def measure(mode: str, n: int, interval: float, spread: float, probe_hz: float) 
         events[job_id] = time.time()
 
     async def trigger(job_id: int) -> None:
-        wait = SlurmJobTrigger(job_id, poll_interval=interval, coalesce=True)
+        wait = SlurmJobTrigger(job_id, poll_interval=interval, coalesce=True, read_results=mode == "results")
         async for event in wait.run():
             assert event.payload["status"] == "success", event.payload
             ended(job_id)
@@ -461,6 +464,11 @@ def main() -> None:
     parser.add_argument("--sizes", default="1,100,1000,2000", help="the N of each measurement")
     parser.add_argument("--interval", type=float, default=5.0)
     parser.add_argument("--spread", type=float, default=240.0, help="seconds over which job ends are spread")
+    parser.add_argument(
+        "--modes",
+        default="coalesced,baseline",
+        help="modes of each N (also: results, coalesced reading published records)",
+    )
     parser.add_argument("--baseline-max", type=int, default=2000, help="largest N for the baseline")
     parser.add_argument("--slow-token", type=float, default=5.0, help="token endpoint delay in the slow-token run")
     parser.add_argument("--slow-token-at", type=float, default=60.0, help="seconds into the wait it starts")
@@ -484,7 +492,7 @@ def main() -> None:
     emu = EmulatorProcess()
     rows = []
     try:
-        cases = [(mode, int(n)) for n in args.sizes.split(",") for mode in ("coalesced", "baseline")]
+        cases = [(mode, int(n)) for n in args.sizes.split(",") for mode in args.modes.split(",")]
         cases = [(mode, n) for mode, n in cases if mode != "baseline" or n <= args.baseline_max]
         if args.slow_token_n:
             cases.append(("slow-token", args.slow_token_n))

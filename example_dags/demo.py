@@ -50,7 +50,10 @@ def main() -> int:
         publish = [j for j in emu.jobs() if ".publish~af" in j["name"]]
         if publish:
             print(f"=== publish: {emu.read_output(publish[0]['job_id']).strip()} ===")
-        link = dag_run.get_task_instance("train").xcom_pull(task_ids="train", key="slurm_job_link")
+        train_ti = dag_run.get_task_instance("train")
+        result = train_ti.xcom_pull(task_ids="train", key="slurm_result")
+        print(f"=== the training job's result (XCom slurm_result, from $SLURMAPI_RETURN_FILE): {result} ===")
+        link = train_ti.xcom_pull(task_ids="train", key="slurm_job_link")
         print(f"The train task's Slurm Job link: {link['url'] if link else '(none)'}")
         state = str(getattr(dag_run, "state", "unknown"))
         print(f"DAG run finished: {state}")

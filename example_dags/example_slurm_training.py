@@ -1,8 +1,11 @@
 """An example training pipeline on a Slurm cluster: prepare data, train (deferrable), evaluate, gate, publish.
 
-``evaluate`` submits the evaluation job and returns at once; the ``evaluation_done`` sensor gates the
-pipeline on it (deferrable: on Airflow 3.3+ it starts straight in the triggerer, without a worker slot);
-``publish`` then copies the trained checkpoint to the cluster's ``published/`` directory.
+The training job writes its result, ``{"val_acc": ..., "checkpoint": ...}``, to ``$SLURMAPI_RETURN_FILE``;
+the ``train`` task pushes it as XCom ``slurm_result`` (see the docs' "Results and output" page).
+``evaluate`` submits the evaluation job on that checkpoint and returns at once; the ``evaluation_done``
+sensor gates the pipeline on it (deferrable: on Airflow 3.3+ it starts straight in the triggerer, without a
+worker slot); ``check_accuracy`` branches on the result: ``publish`` copies the checkpoint to the cluster's
+``published/`` directory only when ``val_acc`` reaches the ``min_val_acc`` param.
 
 Runs as-is against the built-in emulator (``make demo``); on a real cluster, point the
 ``slurmapi_default`` connection at it and set, when the DAG file is parsed:
@@ -18,7 +21,7 @@ import os
 from datetime import datetime, timedelta
 from pathlib import Path
 
-from airflow.providers.common.compat.sdk import DAG
+from airflow.providers.common.compat.sdk import DAG, task
 
 from airflow_provider_slurmapi.operators.slurmapi import SlurmSubmitJobOperator
 from airflow_provider_slurmapi.sensors.slurmapi import SlurmJobSensor
@@ -33,7 +36,7 @@ with DAG(
     start_date=datetime(2026, 1, 1),
     catchup=False,
     template_searchpath=[str(Path(__file__).parent / "scripts")],
-    params={"epochs": 3, "epoch_seconds": 1},
+    params={"epochs": 3, "epoch_seconds": 1, "min_val_acc": 0.9},
     # A retry never submits a second job: it finds this task's job by its tag and reattaches (or, once
     # the job has COMPLETED, just reads it). It also cures Airflow 3.3's race that can fail a deferred task
     # whose trigger fires before the scheduler saw the worker exit (apache/airflow#72716).
@@ -65,7 +68,11 @@ with DAG(
     # [START howto_sensor_slurm_job_deferrable]
     evaluate = SlurmSubmitJobOperator(
         task_id="evaluate",
-        script="#!/bin/bash\nset -e\nls checkpoints/*.ckpt\necho accuracy=0.93\n",
+        script=(
+            "#!/bin/bash\nset -e\n"
+            "ls {{ ti.xcom_pull(task_ids='train', key='slurm_result')['checkpoint'] }}\n"
+            "echo val_acc={{ ti.xcom_pull(task_ids='train', key='slurm_result')['val_acc'] }}\n"
+        ),
         current_working_directory=WORKDIR,
         time_limit=5,
         wait_for_completion=False,
@@ -79,18 +86,30 @@ with DAG(
         deferrable=True,
     )
     # [END howto_sensor_slurm_job_deferrable]
+
+    # [START howto_operator_slurm_result]
+    @task.branch
+    def check_accuracy(**context) -> list[str]:
+        """Publish only a model good enough: the training job's own result decides."""
+        result = context["ti"].xcom_pull(task_ids="train", key="slurm_result")
+        threshold = float(context["params"]["min_val_acc"])
+        print(f"training result: {result}; publishing needs val_acc >= {threshold}")
+        return ["publish"] if result and result["val_acc"] >= threshold else []
+
+    # [END howto_operator_slurm_result]
     publish = SlurmSubmitJobOperator(
         task_id="publish",
         script=(
             "#!/bin/bash\nset -e\nmkdir -p published\n"
-            "cp checkpoints/model-{{ ti.xcom_pull(task_ids='train') }}.ckpt published/model-latest.ckpt\n"
-            "echo published checkpoints/model-{{ ti.xcom_pull(task_ids='train') }}.ckpt as published/model-latest.ckpt\n"
+            "cp {{ ti.xcom_pull(task_ids='train', key='slurm_result')['checkpoint'] }} published/model-latest.ckpt\n"
+            "echo published {{ ti.xcom_pull(task_ids='train', key='slurm_result')['checkpoint'] }}"
+            " as published/model-latest.ckpt\n"
         ),
         current_working_directory=WORKDIR,
         time_limit=5,
         poll_interval=1,
     )
-    prepare >> train >> evaluate >> evaluation_done >> publish
+    prepare >> train >> evaluate >> evaluation_done >> check_accuracy() >> publish
 
 if __name__ == "__main__":
     dag.test()

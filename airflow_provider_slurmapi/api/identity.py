@@ -16,6 +16,7 @@ import hashlib
 import re
 from dataclasses import dataclass, field
 
+from airflow_provider_slurmapi.api import results
 from airflow_provider_slurmapi.api.jobs import SlurmJob
 
 TAG_PREFIX = "airflow-ti:"
@@ -48,7 +49,9 @@ def tagged_comment(tag: str, comment: str | None, try_number: int | None = None)
 
 
 def split_comment(comment: str) -> tuple[str | None, int | None, str]:
-    """A comment's task-instance tag, the try that submitted the job, and the user's own comment."""
+    """A comment's task-instance tag, the try that submitted the job, and the user's own comment (without
+    what the job published at its end, :mod:`~airflow_provider_slurmapi.api.results`)."""
+    comment = results.split(comment)[0]
     if not comment.startswith(TAG_PREFIX):
         return None, None, comment
     tag, _, rest = comment.partition(" ")

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
+from airflow_provider_slurmapi.api import results
 from airflow_provider_slurmapi.api.shapes import number, obj
 from airflow_provider_slurmapi.api.states import JobState
 from airflow_provider_slurmapi.api.versions import DEFAULT_VERSION, output_is_pattern
@@ -259,13 +260,16 @@ class SlurmJob:
             "array_task_id": self.array_task_id,
             "source": self.source,
         }
+        published = self.published
+        if published is not None:
+            summary["published"] = published.as_dict()
         if self.array_task_string:
             summary["array_task_string"] = self.array_task_string
         return summary
 
     def task_summary(self) -> dict[str, Any]:
         """The short per-task entry of an array's summary."""
-        return {
+        task: dict[str, Any] = {
             "job_id": self.job_id,
             "display_id": self.display_id,
             "array_task_id": self.array_task_id,
@@ -278,7 +282,17 @@ class SlurmJob:
             "nodes": self.nodes,
             "standard_output": self.standard_output,
             "standard_error": self.standard_error,
+            "source": self.source,
         }
+        published = self.published
+        if published is not None:
+            task["published"] = published.as_dict()
+        return task
+
+    @property
+    def published(self) -> results.Published | None:
+        """What the job published in its comment (its result, the tails of its output), if anything."""
+        return results.parse(self.comment)
 
 
 @dataclass

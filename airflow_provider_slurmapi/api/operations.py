@@ -218,6 +218,24 @@ def accounted_jobs(version: str, job_ids: list[str]) -> Operation[tuple[dict[str
     return jobs, arrays & set(job_ids)
 
 
+def queued_jobs(version: str, job_ids: list[str]) -> Operation[dict[str, SlurmJob]]:
+    """The active queue's records of jobs that ended there (with the comment the job published, which
+    accounting keeps only with ``AccountingStoreFlags=job_comment``): one ``GET`` of the job for one id,
+    one ``GET`` of the whole queue for more, however many ended at once."""
+    if len(job_ids) == 1:
+        job = yield from get_active_job(version, job_ids[0])
+        return {job_ids[0]: job} if job is not None else {}
+    wanted = set(job_ids)
+    reply = yield Call("GET", versions.jobs_path(version))
+    reply.raise_for_errors("list jobs")
+    # Only the wanted records are parsed: the whole queue may hold thousands.
+    return {
+        str(record.get("job_id")): SlurmJob.from_job_info(record, version)
+        for record in records(reply)
+        if str(record.get("job_id")) in wanted
+    }
+
+
 def cancel_job(version: str, job_id: object) -> Operation[Cancelled]:
     """Ask Slurm to cancel; a job that has already finished counts as success."""
     reply = yield Call("DELETE", versions.job_path(version, job_id))

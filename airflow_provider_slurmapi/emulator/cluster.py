@@ -15,6 +15,7 @@ from pathlib import Path
 from .jobs import Job, JobRequest
 from .notation import absolute_path, expand_pattern, parse_array
 from .procs import Reaper, become_subreaper, job_environment, killpg, spawn
+from .scontrol import ControlServer
 from .templates import signal_name
 
 _MIN_PASS_INTERVAL = 0.02
@@ -87,6 +88,7 @@ class Cluster:
         self._wake = threading.Event()
         self._stopping = False
         self._thread: threading.Thread | None = None
+        self._control: ControlServer | None = None
 
     def _node_name(self, partition: str, index: int) -> str:
         prefix = "node" if partition == self.default_partition else f"{partition}-node"
@@ -97,6 +99,8 @@ class Cluster:
     def start(self) -> None:
         if not self.simulate:
             become_subreaper()
+            self._control = ControlServer(self, self.state_dir / "bin")
+            self._control.start()
         self._thread = threading.Thread(target=self._loop, name=f"slurm-emulator-{self.name}", daemon=True)
         self._thread.start()
 
@@ -113,6 +117,9 @@ class Cluster:
             for job in self._running.values():
                 job.proc = None
         self._reaper.stop_all(procs)
+        if self._control is not None:
+            self._control.stop()
+            self._control = None
 
     def host_path(self, cluster_path: str) -> Path:
         """Where the cluster-side absolute path ``cluster_path`` lives on this machine."""
@@ -536,7 +543,15 @@ class Cluster:
         return spawn(
             script,
             cwd,
-            job_environment(job, self.name, cwd, self.state_dir / "fs", self._array_indexes(job)),
+            job_environment(
+                job,
+                self.name,
+                cwd,
+                self.state_dir / "fs",
+                self._array_indexes(job),
+                bin_dir=self.state_dir / "bin",
+                minute_seconds=self.minute_seconds,
+            ),
             self.host_path(job.stdout_path),
             self.host_path(job.stderr_path) if job.stderr_path != job.stdout_path else None,
             self.host_path(job.stdin_path) if req.standard_input else None,

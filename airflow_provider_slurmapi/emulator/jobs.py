@@ -33,6 +33,7 @@ class JobRequest:
     standard_input: str = ""
     time_limit: int | None = None
     comment: str = ""
+    extra: str = ""
     dependency: str = ""
     dependencies: list[Dependency] = field(default_factory=list)
     hold: bool = False

@@ -67,13 +67,28 @@ def _open_output(path: Path, files: list[IO[bytes]]) -> IO[bytes]:
     return handle
 
 
-def job_environment(job: Job, cluster: str, cwd: Path, fs_root: Path, array_indexes: list[int]) -> dict[str, str]:
-    """The batch script's environment: the job's ``environment`` list and the SLURM_* variables only."""
+def job_environment(
+    job: Job,
+    cluster: str,
+    cwd: Path,
+    fs_root: Path,
+    array_indexes: list[int],
+    *,
+    bin_dir: Path | None = None,
+    minute_seconds: float = 60.0,
+) -> dict[str, str]:
+    """The batch script's environment: the job's ``environment`` list and the SLURM_* variables only.
+
+    ``bin_dir`` (the emulator's ``scontrol``) goes first on ``PATH``, as Slurm's own commands are on a
+    real node's; ``SLURM_JOB_END_TIME`` counts the time limit in the emulator's minutes.
+    """
     env: dict[str, str] = {}
     for item in job.request.environment:
         key, sep, value = item.partition("=")
         if sep:
             env[key] = value
+    if bin_dir is not None:
+        env["PATH"] = f"{bin_dir}:{env['PATH']}" if env.get("PATH") else str(bin_dir)
     req = job.request
     tasks = req.tasks or max(req.tasks_per_node, 1) * req.node_count
     nodelist = hostlist(job.nodes)
@@ -95,10 +110,13 @@ def job_environment(job: Job, cluster: str, cwd: Path, fs_root: Path, array_inde
             "SLURM_NTASKS": str(tasks),
             "SLURM_CLUSTER_NAME": cluster,
             "SLURM_RESTART_COUNT": str(job.restart_cnt),
+            "SLURM_JOB_START_TIME": str(job.start_time),
             # Not Slurm's: where cluster paths live on this machine, for scripts that need absolute paths.
             "SLURM_EMULATOR_ROOT": str(fs_root),
         }
     )
+    if req.time_limit is not None:
+        env["SLURM_JOB_END_TIME"] = str(job.start_time + int(req.time_limit * minute_seconds))
     if req.tasks_per_node:
         env["SLURM_NTASKS_PER_NODE"] = str(req.tasks_per_node)
     if job.array_task_id is not None:

@@ -48,6 +48,7 @@ def job_info(job: Job, cluster: str) -> dict[str, Any]:
             "batch_host": job.nodes[0] if started else "",
             "cluster": cluster,
             "comment": req.comment,
+            "extra": req.extra,
             "cpus_per_task": number(req.cpus_per_task),
             "dependency": (req.dependency if job.dependency_text is None else job.dependency_text)
             if job.base_state == "PENDING"

@@ -22,9 +22,15 @@ from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from typing import Any
 
-from airflow.providers.common.compat.sdk import AirflowException, AirflowFailException, BaseOperator, mask_secret
+from airflow.providers.common.compat.sdk import (
+    AirflowException,
+    AirflowFailException,
+    BaseOperator,
+    mask_secret,
+    redact,
+)
 
-from airflow_provider_slurmapi.api import checks
+from airflow_provider_slurmapi.api import checks, results
 from airflow_provider_slurmapi.api.errors import (
     SlurmJobApiError,
     SlurmJobFailedError,
@@ -43,6 +49,7 @@ from airflow_provider_slurmapi.version_compat import AIRFLOW_V_3_0_PLUS
 
 XCOM_JOB_ID = "slurm_job_id"
 XCOM_JOB = "slurm_job"
+XCOM_RESULT = "slurm_result"
 
 
 class SlurmJobError(AirflowException):
@@ -121,6 +128,13 @@ class SlurmSubmitJobOperator(BaseOperator):
         the task was last cleared: a cleared task runs its job again, and first cancels a job of its
         earlier run that is still active. A submit whose fate is unknown is looked for, never resent,
         even with ``reattach=False``.
+    :param publish_results: run the script inside a small ``sh`` wrapper that, when it ends, publishes the
+        JSON the job wrote to ``$SLURMAPI_RETURN_FILE`` (pushed as XCom ``slurm_result``) and the last lines
+        of its stdout and stderr (printed in the task log, and a failure's last stderr lines in its error)
+        in the job's Slurm comment, after the task's tag (default True; see the docs' "Results and output"
+        page for what the script sees and what it costs). False submits the script as it is.
+    :param output_tail_lines: at most this many last lines of stdout and of stderr are published (default
+        50; 0: none, the result only); Slurm's 1024-byte comment bounds them further.
     :param slurmapi_conn_id: the ``slurmapi`` connection (default ``slurmapi_default``).
 
     Every job's name ends with its task instance's identity, ``~af<12 hex digits>r<run>`` (the digits
@@ -173,11 +187,15 @@ class SlurmSubmitJobOperator(BaseOperator):
         cancel_on_kill: bool = True,
         retry_on_job_failure: bool = False,
         reattach: bool = True,
+        publish_results: bool = True,
+        output_tail_lines: int = results.DEFAULT_TAIL_LINES,
         slurmapi_conn_id: str = SlurmJobApiHook.default_conn_name,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         self.reattach = checks.flag(reattach, "reattach")
+        self.publish_results = checks.flag(publish_results, "publish_results")
+        self.output_tail_lines = results.tail_lines(output_tail_lines)
         self.script = script
         self.job = dict(job) if job else {}
         self.name = name
@@ -273,7 +291,16 @@ class SlurmSubmitJobOperator(BaseOperator):
             raise SlurmJobSpecError("name", f"{name!r} is not a job name", "Give a non-empty string, or leave it out.")
         fields["name"] = self.identity(context).job_name(name)
         fields["comment"] = tagged_comment(self.tag(context), comment, self.task_try(context).number)
-        return JobSpec.build(self.script, fields)
+        spec = JobSpec.build(self.script, fields)
+        if not self.publish_results:
+            return spec
+        if results.room(fields["comment"]) <= 0:
+            raise SlurmJobSpecError(
+                "comment",
+                f"leaves no room in the job's {results.COMMENT_LIMIT}-byte Slurm comment for its result",
+                "Shorten the comment, or pass publish_results=False.",
+            )
+        return JobSpec(results.wrap_script(spec.script, fields["comment"], self.output_tail_lines), spec.job)
 
     def task_try(self, context: Any) -> TaskTry:
         """This try, and the first try since the task instance was last cleared (see ``TaskTry``)."""
@@ -361,6 +388,7 @@ class SlurmSubmitJobOperator(BaseOperator):
                 poll_interval=self.poll_interval,
                 deadline=self._deadline(context),
                 cancel_on_kill=self.cancel_on_kill,
+                read_results=self.publish_results,
             ),
             method_name="execute_complete",
         )
@@ -373,18 +401,49 @@ class SlurmSubmitJobOperator(BaseOperator):
         return self._finish(context, job)
 
     def _finish(self, context: Any, job: SlurmJob) -> int:
-        context["ti"].xcom_push(key=XCOM_JOB, value=job.summary())
+        summary = job.summary()
+        self._push_job(context, summary, succeeded=job.state.is_success)
         if not job.state.is_success:
-            raise _fail(failure_error(job), retry_on_job_failure=self.retry_on_job_failure)
+            error = failure_error(job)
+            raise _fail(
+                SlurmJobFailedError(self._with_quote(str(error), summary), job=job, retryable=error.retryable),
+                retry_on_job_failure=self.retry_on_job_failure,
+            )
         return job.job_id
+
+    def _push_job(self, context: Any, summary: dict[str, Any], *, succeeded: bool) -> None:
+        """XCom ``slurm_job`` (without the output tails), and what the job published: its tails in the log,
+        its result as XCom ``slurm_result``. A result that is too large or not JSON fails the task (a failed
+        job's own error comes first: there the bad result is only logged)."""
+        context["ti"].xcom_push(key=XCOM_JOB, value=_without_published(summary))
+        if not self.publish_results:
+            return
+        reading = results.read(summary)
+        for line in reading.log:
+            # the job's own output: what Airflow masks stays masked (also where a log handler would not)
+            self.log.info("%s", redact(line))
+        if reading.error and succeeded:
+            raise SlurmJobFailedNoRetry(reading.error)
+        if reading.error:
+            self.log.warning(reading.error)
+        if reading.has_result:
+            context["ti"].xcom_push(key=XCOM_RESULT, value=reading.result)
+            self.log.info("Pushed the job's result as XCom %r", XCOM_RESULT)
+
+    def _with_quote(self, message: str, summary: dict[str, Any]) -> str:
+        """A failure's message, with the last lines of the job's stderr when it published them."""
+        quote = str(redact(results.read(summary).quote)) if self.publish_results else ""
+        return f"{message}\nLast lines of its stderr:\n{quote}" if quote else message
 
     def execute_complete(self, context: Any, event: dict[str, Any]) -> int:
         """Resume after the trigger's event (a :class:`~airflow_provider_slurmapi.api.events.JobEvent`)."""
         ended = JobEvent.from_payload(event)
         job_id = int(ended.job_id)
         self.job_id = job_id
-        if ended.job is not None:
-            context["ti"].xcom_push(key=XCOM_JOB, value=ended.job)
+        if ended.job is not None and ended.status in (SUCCESS, FAILED):
+            self._push_job(context, ended.job, succeeded=ended.status == SUCCESS)
+        elif ended.job is not None:
+            context["ti"].xcom_push(key=XCOM_JOB, value=_without_published(ended.job))
         if ended.status == SUCCESS:
             self.log.info(ended.message)
             return job_id
@@ -394,7 +453,8 @@ class SlurmSubmitJobOperator(BaseOperator):
                 f"{ended.message}: execution_timeout reached, so Slurm job {job_id} was cancelled."
             )
         if ended.status == FAILED:
-            error = SlurmJobFailedError(ended.message, job=ended.job, retryable=ended.retryable)
+            message = self._with_quote(ended.message, ended.job or {})
+            error = SlurmJobFailedError(message, job=ended.job, retryable=ended.retryable)
             raise _fail(error, retry_on_job_failure=self.retry_on_job_failure)
         raise SlurmJobError(f"Waiting for Slurm job {job_id} failed: {ended.message}")
 
@@ -427,6 +487,16 @@ class SlurmSubmitJobOperator(BaseOperator):
             self.log.warning("Could not read this try's Slurm job id (%s); no job to cancel", err)
             return None
         return None if job_id is None else int(job_id)
+
+
+def _without_published(summary: dict[str, Any]) -> dict[str, Any]:
+    """A job summary for XCom ``slurm_job``: the published output tails stay in the task log only."""
+    plain = {k: v for k, v in summary.items() if k != "published"}
+    if isinstance(plain.get("tasks"), list):
+        plain["tasks"] = [
+            {k: v for k, v in t.items() if k != "published"} if isinstance(t, dict) else t for t in plain["tasks"]
+        ]
+    return plain
 
 
 class SlurmCancelJobOperator(BaseOperator):

@@ -19,6 +19,7 @@ from urllib.parse import quote
 
 from airflow_provider_slurmapi.api.identity import TaskRef, name_identity, parse_tag, split_comment
 from airflow_provider_slurmapi.api.jobs import SlurmJob
+from airflow_provider_slurmapi.api.results import Published
 from airflow_provider_slurmapi.api.watch import format_duration as watch_duration
 
 _STATE_CLASSES = {
@@ -252,6 +253,8 @@ class JobView:
     raw_json: str
     source_label: str
     extra_rows: list[tuple[str, str]] = field(default_factory=list)
+    # What the job published at its end (api/results.py): its result and the tails of its output.
+    published: Published | None = None
 
     @classmethod
     def build(cls, job: SlurmJob, *, now: datetime | None = None, queue_record: SlurmJob | None = None) -> JobView:
@@ -303,6 +306,7 @@ class JobView:
                 "slurmdb": "accounting (/slurmdb)",
             }.get(job.source, "nowhere yet"),
             extra_rows=extra,
+            published=job.published or (queue_record.published if queue_record is not None else None),
         )
 
 

@@ -13,6 +13,14 @@ the entries of several arrays cannot be told apart. An id is known to be an arra
 array's task records (one call, two at its end: ``get_job``), and the trigger gets the whole array. If the cluster refuses the batched paths, the poller falls back to one
 call per job. The poller lives only in memory: it starts with its first subscriber and stops with the
 last, so nothing needs sharing between triggerer processes.
+
+A subscriber that reads what its job published at its end (``subscribe(..., published=True)``, the
+operator's ``publish_results``; :mod:`~airflow_provider_slurmapi.api.results`) needs the job's comment,
+which accounting keeps only with ``AccountingStoreFlags=job_comment``: the tick reads the records of such
+jobs that ended in the active queue from there when their accounting records lack it, with one call
+(``queued_jobs``: the job, or the whole queue when several ended). Once an ended job read from both showed
+that accounting keeps no comment (``comments_accounted``), that read replaces the accounting read for such
+jobs, so a tick costs as many calls as without it, however many jobs end at once.
 """
 
 from __future__ import annotations
@@ -27,7 +35,7 @@ from airflow_provider_slurmapi.api import versions
 from airflow_provider_slurmapi.api.client import AsyncSlurmJobApiClient
 from airflow_provider_slurmapi.api.errors import GoogleApiError, SlurmApiError, SlurmJobApiError, SlurmJobSpecError
 from airflow_provider_slurmapi.api.jobs import SlurmArrayJob, SlurmJob
-from airflow_provider_slurmapi.api.operations import accounted_jobs, states_in_queue
+from airflow_provider_slurmapi.api.operations import accounted_jobs, queued_jobs, states_in_queue
 from airflow_provider_slurmapi.api.states import JobState
 
 log = logging.getLogger(__name__)
@@ -65,6 +73,11 @@ class SharedJobPoller:
         self._delivered: dict[asyncio.Queue[Observation], Observation] = {}
         self.batched = True
         self._task: asyncio.Task[None] | None = None
+        # Subscribed ids whose final record must carry what the job published (its comment).
+        self.published: set[str] = set()
+        # Whether this cluster's accounting keeps job comments (AccountingStoreFlags=job_comment), learnt
+        # from an ended job read from both: once known not to, such jobs are read from the queue only.
+        self.comments_accounted: bool | None = None
 
     @classmethod
     def get(cls, conn_key: str, interval: float, make_client: Callable[[], AsyncSlurmJobApiClient]) -> SharedJobPoller:
@@ -79,10 +92,13 @@ class SharedJobPoller:
     def active(cls) -> list[SharedJobPoller]:
         return list(cls._registry.values())
 
-    def subscribe(self, job_id: object) -> asyncio.Queue[Observation]:
-        """Follow ``job_id``: its observations arrive on the returned queue, one per change."""
+    def subscribe(self, job_id: object, *, published: bool = False) -> asyncio.Queue[Observation]:
+        """Follow ``job_id``: its observations arrive on the returned queue, one per change. ``published``:
+        the final record carries the job's comment (read from the active queue when accounting lacks it)."""
         queue: asyncio.Queue[Observation] = asyncio.Queue()
         self.subscribers.setdefault(_key(job_id), set()).add(queue)
+        if published:
+            self.published.add(_key(job_id))
         if self._task is None or self._task.done():
             self._task = asyncio.get_running_loop().create_task(self._run(), name=f"slurm-poller-{self.key[1]}")
         return queue
@@ -97,6 +113,7 @@ class SharedJobPoller:
             if not queues:
                 del self.subscribers[key]
                 self.arrays.discard(key)
+                self.published.discard(key)
         if not self.subscribers:
             self._registry.pop(self.key, None)
             task, self._task = self._task, None
@@ -167,12 +184,24 @@ class SharedJobPoller:
         wanted = set(ids)
         self.arrays.update(key.split("_")[0] for key in states if "_" in key and key.split("_")[0] in wanted)
         seen = {job_id: Observation(state=states[job_id]) for job_id in ids if job_id in states}
+        ended_here = [
+            job_id
+            for job_id in ids
+            if job_id in self.published
+            and job_id not in self.arrays
+            and job_id in states
+            and states[job_id].is_terminal
+        ]
+        queue_only = set(ended_here) if self.comments_accounted is False else set()
         # One accounting call for the jobs that left the queue and those that just ended in it (for
         # their full records): a tick costs ceil(N/500) + 1 calls, however many jobs end at once.
+        # Ended jobs whose comment accounting is known not to keep are read from the queue instead.
         ask = [
             job_id
             for job_id in ids
-            if job_id not in self.arrays and (job_id not in states or states[job_id].is_terminal)
+            if job_id not in self.arrays
+            and (job_id not in states or states[job_id].is_terminal)
+            and job_id not in queue_only
         ]
         if ask:
             try:
@@ -195,10 +224,33 @@ class SharedJobPoller:
                     else:
                         # Neither in the queue nor (yet) in accounting: just submitted, or no such job.
                         seen[job_id] = Observation(state=JobState("PENDING"), unrecorded=True)
+        await self._read_published(version, seen, ended_here)
         for job_id in ids:
             if job_id in self.arrays:
                 seen[job_id] = await self._observe_one(job_id)
         return seen
+
+    async def _read_published(self, version: str, seen: dict[str, Observation], ended_here: list[str]) -> None:
+        """The queue's records of the jobs that ended there and whose subscribers need what they published,
+        when their accounting records lack it (with one call, ``queued_jobs``)."""
+        for job_id in ended_here:
+            accounted = seen[job_id].job
+            if accounted is not None and accounted.published is not None:
+                self.comments_accounted = True
+        ask = [job_id for job_id in ended_here if _unpublished(seen[job_id].job)]
+        if not ask:
+            return
+        try:
+            queued = await self.client.run(queued_jobs(version, ask))
+        except SlurmJobApiError as err:
+            log.warning("Could not read the published records of %s from the queue: %s", ", ".join(ask), err)
+            return  # the accounting records stand (the task log says what could not be read)
+        for job_id, job in queued.items():
+            if not job.state.is_terminal:
+                continue
+            if job.published is not None and seen[job_id].job is not None:
+                self.comments_accounted = False  # accounting's record of the same ended job lacks it
+            seen[job_id].job = job
 
     async def _observe_one(self, job_id: str) -> Observation:
         """One job (a whole array) read in full: its state, and its record when it is an array or ended."""
@@ -216,6 +268,10 @@ class SharedJobPoller:
 
     async def _observe_each(self, ids: list[str]) -> dict[str, Observation]:
         return {job_id: await self._observe_one(job_id) for job_id in ids}
+
+
+def _unpublished(job: SlurmJob | None) -> bool:
+    return job is None or job.published is None
 
 
 def _key(job_id: object) -> str:

@@ -42,6 +42,9 @@ class SlurmJobTrigger(BaseTrigger):
     :param unknown_job_grace: seconds the job may be in neither the active queue nor accounting (a job
         submitted a moment ago that Slurm has not recorded yet) before an ``error`` event saying the id is
         unknown (default 600, for a job the task just submitted; the sensor passes its own, shorter one).
+    :param read_results: the job publishes its result in its comment (the operator's ``publish_results``):
+        its final record is read from the active queue when accounting lacks the comment (it keeps none by
+        default; the shared poller reads all such jobs of a tick with one call) (default False).
 
     The event's payload: ``status`` (success, failed, reached, timeout, error), ``job_id``, ``message``
     and ``job`` (the job summary, when one was read). An array's id waits for every task: ``job`` is the
@@ -60,6 +63,7 @@ class SlurmJobTrigger(BaseTrigger):
         coalesce: bool = True,
         cancel_on_kill: bool = False,
         unknown_job_grace: float = UNRECORDED_GRACE,
+        read_results: bool = False,
     ) -> None:
         super().__init__()
         self.job_id = job_id
@@ -71,6 +75,7 @@ class SlurmJobTrigger(BaseTrigger):
         self.error_budget = int(error_budget)
         self.coalesce = bool(coalesce)
         self.cancel_on_kill = bool(cancel_on_kill)
+        self.read_results = bool(read_results)
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
@@ -85,6 +90,7 @@ class SlurmJobTrigger(BaseTrigger):
                 "coalesce": self.coalesce,
                 "cancel_on_kill": self.cancel_on_kill,
                 "unknown_job_grace": self.unknown_job_grace,
+                "read_results": self.read_results,
             },
         )
 
@@ -234,7 +240,7 @@ class SlurmJobTrigger(BaseTrigger):
         poller = SharedJobPoller.get(
             conn_key, self.poll_interval, lambda: AsyncSlurmJobApiClient(settings.cluster, **settings.client_kwargs())
         )
-        queue = poller.subscribe(job_id)
+        queue = poller.subscribe(job_id, published=self.read_results)
         try:
             while True:
                 remaining = deadline.remaining()

@@ -10,3 +10,7 @@ done
 mkdir -p checkpoints
 echo "weights after {{ params.epochs }} epochs" > "checkpoints/model-${SLURM_JOB_ID}.ckpt"
 echo "checkpoint written: checkpoints/model-${SLURM_JOB_ID}.ckpt"
+# The job's result, for Airflow: the task pushes this JSON as XCom "slurm_result" (publish_results=True).
+val_acc=$(awk -v e="{{ params.epochs }}" 'BEGIN{printf "%.3f", 1 - 0.2/e}')
+printf '{"val_acc": %s, "checkpoint": "checkpoints/model-%s.ckpt"}\n' "$val_acc" "$SLURM_JOB_ID" \
+  > "${SLURMAPI_RETURN_FILE:-/dev/null}"

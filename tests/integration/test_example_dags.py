@@ -106,7 +106,8 @@ def test_waits_on_an_externally_submitted_job(slurmapi_emulator, default_deferra
 def test_training_pipeline(slurmapi_emulator, default_deferrable):
     run = load("example_slurm_training").dag.test()
     assert states(run) == dict.fromkeys(
-        ["prepare_data[-1]", "train[-1]", "evaluate[-1]", "evaluation_done[-1]", "publish[-1]"], "success"
+        ["prepare_data[-1]", "train[-1]", "evaluate[-1]", "evaluation_done[-1]", "check_accuracy[-1]", "publish[-1]"],
+        "success",
     )
     jobs = {j["name"].split("~af")[0].rsplit(".", 1)[-1]: j for j in slurmapi_emulator.jobs()}
     assert set(jobs) == {"prepare_data", "train", "evaluate", "publish"}
@@ -115,3 +116,15 @@ def test_training_pipeline(slurmapi_emulator, default_deferrable):
     assert jobs["publish"]["start_time"] >= jobs["evaluate"]["end_time"]
     published = slurmapi_emulator.read_output(jobs["publish"]["job_id"])
     assert f"published checkpoints/model-{jobs['train']['job_id']}.ckpt as published/model-latest.ckpt" in published
+    # the training job's result (XCom slurm_result) fed evaluate and the branch
+    train = run.get_task_instance("train")
+    result = train.xcom_pull(task_ids="train", key="slurm_result")
+    assert result == {"val_acc": 0.933, "checkpoint": f"checkpoints/model-{jobs['train']['job_id']}.ckpt"}
+    assert "val_acc=0.933" in slurmapi_emulator.read_output(jobs["evaluate"]["job_id"])
+
+
+def test_training_pipeline_publishes_nothing_below_the_threshold(slurmapi_emulator):
+    run = load("example_slurm_training").dag.test(run_conf={"min_val_acc": 0.99})
+    assert states(run)["check_accuracy[-1]"] == "success"
+    assert states(run)["publish[-1]"] == "skipped"
+    assert not [j for j in slurmapi_emulator.jobs() if ".publish~af" in j["name"]]

@@ -257,3 +257,114 @@ def test_a_missing_connection_is_named_in_the_event(slurmapi_emulator):
     event = bounded(SlurmJobTrigger(1, slurmapi_conn_id="no_such_connection", poll_interval=0.2))
     assert event["status"] == "error", event
     assert "no_such_connection" in event["message"] and "Could not read connection" in event["message"], event
+
+
+def _published_calls(hook, emulator, *, jobs: int) -> tuple[list[dict], list]:
+    """``jobs`` wrapped jobs that have all ended, then their triggers: their events and the calls they made."""
+    from airflow_provider_slurmapi.api import results
+
+    comment = "airflow-ti:d/t/r/-1 try:1"
+    script = results.wrap_script('#!/bin/sh\necho line\necho \'{"n": 1}\' > "$SLURMAPI_RETURN_FILE"\n', comment)
+    ids = [submit(hook, script, comment=comment) for _ in range(jobs)]
+    for job_id in ids:
+        hook.wait_for_job(job_id, poll_interval=0.2, timeout=60)
+    start = len(emulator.calls)
+
+    async def all_of_them():
+        return await asyncio.gather(
+            *(first_event(SlurmJobTrigger(i, poll_interval=0.3, read_results=True)) for i in ids)
+        )
+
+    events = asyncio.run(all_of_them())
+    return events, [c[1] for c in emulator.calls[start:]]
+
+
+def test_the_final_record_carries_what_the_job_published_at_one_call_per_tick(hook, slurmapi_emulator):
+    """Accounting keeps no comment by default: the jobs that ended in the queue are read from there, all
+    of a tick's with one call (the whole queue), not one per job."""
+    events, calls = _published_calls(hook, slurmapi_emulator, jobs=5)
+    for event in events:
+        assert event["status"] == "success"
+        assert event["job"]["published"]["result_text"] == '{"n": 1}'
+        assert event["job"]["published"]["stdout_tail"] == "line"
+    ticks: list[list[str]] = []  # each tick starts with its batched state call
+    for call in calls:
+        if "/jobs/state/" in call:
+            ticks.append([])
+        ticks[-1].append(call)
+    for tick in ticks:
+        reads = [c for c in tick if "/job/" in c or c.endswith("/jobs/")]
+        assert len(tick) <= 3 and len(reads) <= 1, tick  # state, accounting, at most one queue read
+
+
+@pytest.mark.slurmapi_emulator(accounting_store_flags=["job_comment"])
+def test_accounting_that_keeps_the_comment_costs_no_extra_call(hook, slurmapi_emulator):
+    events, calls = _published_calls(hook, slurmapi_emulator, jobs=3)
+    assert {e["job"]["published"]["result_text"] for e in events} == {'{"n": 1}'}
+    assert not [c for c in calls if c.endswith("/jobs/") or "/job/" in c], calls
+
+
+def test_one_ended_job_is_read_with_one_get(hook, slurmapi_emulator):
+    events, calls = _published_calls(hook, slurmapi_emulator, jobs=1)
+    assert events[0]["job"]["published"]["result_text"] == '{"n": 1}'
+    assert [c for c in calls if "/job/" in c or c.endswith("/jobs/")] == [f"/slurm/v0.0.42/job/{events[0]['job_id']}"]
+
+
+def _wrapped(hook, count: int) -> list[int]:
+    from airflow_provider_slurmapi.api import results
+
+    comment = "airflow-ti:d/t/r/-1 try:1"
+    script = results.wrap_script('#!/bin/sh\necho \'{"n": 2}\' > "$SLURMAPI_RETURN_FILE"\n', comment)
+    ids = [submit(hook, script, comment=comment) for _ in range(count)]
+    for job_id in ids:
+        hook.wait_for_job(job_id, poll_interval=0.2, timeout=60)
+    return ids
+
+
+@pytest.mark.parametrize(
+    "kept",
+    [
+        pytest.param(False, id="accounting-drops-comments"),
+        pytest.param(
+            True, id="job_comment", marks=pytest.mark.slurmapi_emulator(accounting_store_flags=["job_comment"])
+        ),
+    ],
+)
+def test_the_poller_learns_whether_accounting_keeps_comments(hook, slurmapi_emulator, kept):
+    """Once an ended job read from both shows it, a tick reads such jobs from the one place that has their
+    comment: the queue (no accounting call for them), or accounting (no queue call)."""
+    first, later = _wrapped(hook, 1), _wrapped(hook, 3)
+
+    async def watch() -> tuple[list[str], list[str]]:
+        client = await hook.get_async_conn()
+        poller = SharedJobPoller.get("test-published", 3600.0, lambda: client)
+        start = len(slurmapi_emulator.calls)
+        queues = {job_id: poller.subscribe(job_id, published=True) for job_id in first}
+        await asyncio.wait_for(queues[first[0]].get(), 30)  # the poller's first tick (then it sleeps an hour)
+        learning = [c[1] for c in slurmapi_emulator.calls[start:]]
+        assert poller.comments_accounted is kept
+        queues.update({job_id: poller.subscribe(job_id, published=True) for job_id in later})
+        for job_id in first:
+            await poller.unsubscribe(job_id, queues.pop(job_id))
+        start = len(slurmapi_emulator.calls)
+        seen = await poller.tick()
+        learnt = [c[1] for c in slurmapi_emulator.calls[start:]]
+        records = [seen[str(j)].job for j in later]
+        assert [r.published.result_text if r and r.published else None for r in records] == ['{"n": 2}'] * 3
+        for job_id, queue in queues.items():
+            await poller.unsubscribe(job_id, queue)
+        return learning, learnt
+
+    learning, learnt = asyncio.run(watch())
+    ids = "&".join(f"job_id={j}" for j in later)
+    steps = "&".join(f"step={j}" for j in later)
+    # kept: the batched accounting read carries the comments; not kept: the whole queue, once, no accounting
+    assert (
+        learnt == [f"/slurm/v0.0.42/jobs/state/?{ids}", f"/slurmdb/v0.0.42/jobs/?{steps}"]
+        if kept
+        else [
+            f"/slurm/v0.0.42/jobs/state/?{ids}",
+            "/slurm/v0.0.42/jobs/",
+        ]
+    ), learnt
+    assert len(learning) == (2 if kept else 3), learning  # the learning tick read both

@@ -45,6 +45,7 @@ class Backend:
     set_slurmdbd: Callable[[bool], None]  # True: up, False: down (and back before returning)
     purge_bound: float  # seconds after its end by which a job has surely left the active queue
     host_path: Callable[[str], Path]  # where a file the job wrote on the cluster is on this machine
+    short_time_limit: int = 1  # minutes: the shortest time limit a job that should outlive it gets
     extra: dict[str, Any] = field(default_factory=dict)
 
     def connect(
@@ -114,6 +115,8 @@ def emulator_backend(tmp_path_factory: pytest.TempPathFactory) -> tuple[Backend,
         set_slurmdbd=set_slurmdbd,
         purge_bound=emu.min_job_age + 2,
         host_path=emu.host_path,
+        # the emulator's minute is 1 s: 4 s leave its wrapper time to publish before the limit
+        short_time_limit=4,
     )
     return backend, emu
 

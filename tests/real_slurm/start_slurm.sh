@@ -259,7 +259,8 @@ phase_end "mounts"
 
 # --------------------------------------------------------------------------
 phase_begin
-PKGS="munge slurmctld slurmd slurmrestd slurm-client slurm-wlm-jwt-plugin slurmdbd mariadb-server curl"
+# python3-minimal: job scripts with a python shebang (a compute node has Python)
+PKGS="munge slurmctld slurmd slurmrestd slurm-client slurm-wlm-jwt-plugin slurmdbd mariadb-server curl python3-minimal"
 STAMP="$ROOT/.stage_apt_ok_$(echo "$PKGS" | md5sum | cut -c1-8)"
 if [ ! -e "$STAMP" ]; then
     mirror_reachable || cannot_run "Debian archive $MIRROR unreachable (no network?)"

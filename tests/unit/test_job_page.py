@@ -603,3 +603,31 @@ def test_a_slow_slurm_gets_the_page_a_short_timeout(page_client, slurmapi_emulat
     # The connection's timeout is 60 s per call; the page gives up after its own second.
     assert reply.status_code == 502 and "GET /slurm/v0.0.42/job/1" in reply.json()["detail"], reply.json()
     assert time.monotonic() - started < 3.5
+
+
+def test_the_page_shows_what_the_job_published_escaped_and_the_comment_without_it():
+    from airflow_provider_slurmapi.api import results
+    from airflow_provider_slurmapi.plugins import render
+
+    published = results.Published("ok", '{"val_acc": 0.93}', "epoch 3 <done>", "loss is NaN", merged=False)
+    record = (
+        results.MARK
+        + results.SEP
+        + results.SEP.join(
+            [published.result_status, "0", published.result_text, published.stdout_tail, published.stderr_tail]
+        )
+    )
+    job = tagged(job_info("job_failed"), comment="mine")
+    job = SlurmJob.from_job_info({**job.raw, "comment": f"{job.comment} {record}"})
+    view = JobView.build(job)
+    assert view.published == published and view.comment == "mine" and view.ref is not None
+    html = render.render_job_page(
+        view, conn_id="slurmapi_default", pages_root="/slurmapi", ui_root="/", list_url="/slurmapi/jobs"
+    )
+    assert '<pre id="published-stdout">epoch 3 &lt;done&gt;</pre>' in html
+    assert '<pre id="published-stderr">loss is NaN</pre>' in html
+    assert "val_acc" in html and "Comment: mine" in html
+    plain = render.render_job_page(
+        JobView.build(tagged(job_info("job_failed"))), conn_id="c", pages_root="/s", ui_root="/", list_url="/s/jobs"
+    )
+    assert 'id="published-none"' in plain

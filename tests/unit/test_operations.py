@@ -109,3 +109,11 @@ def test_bad_job_ids_are_refused_before_sending(job_id):
 
     with pytest.raises(SlurmJobSpecError, match="job_id"):
         next(ops.get_job(V, job_id))
+
+
+def test_queued_jobs_reads_several_ended_jobs_with_one_call_and_one_with_a_get():
+    jobs, calls = drive(ops.queued_jobs(V, ["1", "2", "99"]), ["jobs_list"])
+    assert [c.path for c in calls] == ["/slurm/v0.0.42/jobs/"]
+    assert sorted(jobs) == ["1", "2"] and jobs["1"].state.base == "COMPLETED"  # 99 has left the queue
+    one, calls = drive(ops.queued_jobs(V, ["1"]), ["job_completed"])
+    assert [c.path for c in calls] == ["/slurm/v0.0.42/job/1"] and list(one) == ["1"]

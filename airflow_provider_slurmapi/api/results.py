@@ -1,0 +1,368 @@
+"""What a job publishes about itself: its result and the tail of its output, in its own Slurm comment.
+
+slurmrestd reads no files, but a running job may update its own record (``scontrol update
+JobId=$SLURM_JOB_ID Comment=...``, as the job's user), and ``GET /slurm/{v}/job/{id}`` returns that
+comment while the job runs and after it ends, until it leaves the active queue (``MinJobAge``);
+accounting keeps it only with ``AccountingStoreFlags=job_comment``. Slurm 24.11 refuses a comment
+longer than :data:`COMMENT_LIMIT` bytes ("Pathname ... too long").
+
+:func:`wrap_script` turns the user's script into a POSIX ``sh`` batch script that writes it to a file
+and runs it with the interpreter of its own ``#!`` line (its exit code, signals and ``$SLURM_*``
+environment unchanged), then, on any exit, appends to the job's comment (the task-instance tag first,
+kept as it is) a :data:`MARK` and four fields: the state of the result file the job wrote to
+``$SLURMAPI_RETURN_FILE`` (``ok``, ``none``, ``big:<bytes>``), the result, and the last lines of the
+job's stdout and stderr, cut to what the comment holds. :func:`parse` reads them back.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from airflow_provider_slurmapi.api.errors import SlurmJobSpecError
+
+# slurmctld's limit on a job comment (and extra), measured on Slurm 24.11: 1024 bytes pass, 1025 fail.
+COMMENT_LIMIT = 1024
+# The comment's published part: " " + RS "slurmapi1" then US-separated fields (control characters that no
+# valid JSON holds raw and that the wrapper strips from the tails).
+MARK = "\x1eslurmapi1"
+SEP = "\x1f"
+DEFAULT_TAIL_LINES = 50
+MAX_TAIL_LINES = 10000
+# What the wrapper's fields cost beyond the head: " " + MARK + 5 separators + the longest status.
+_OVERHEAD = 1 + len(MARK) + 5 + len("big:99999999999")
+RESULT_OK, RESULT_NONE, RESULT_BIG = "ok", "none", "big"
+
+
+@dataclass(frozen=True)
+class Published:
+    """What a job's wrapper published: its result (as text) and the tails of its output."""
+
+    result_status: str  # ok / none / big:<bytes>
+    result_text: str
+    stdout_tail: str
+    stderr_tail: str
+    merged: bool  # stdout and stderr are one file: its tail is ``stdout_tail``
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "result_status": self.result_status,
+            "result_text": self.result_text,
+            "stdout_tail": self.stdout_tail,
+            "stderr_tail": self.stderr_tail,
+            "merged": self.merged,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Any) -> Published | None:
+        if not isinstance(data, dict):
+            return None
+        return cls(
+            str(data.get("result_status", RESULT_NONE)),
+            str(data.get("result_text", "")),
+            str(data.get("stdout_tail", "")),
+            str(data.get("stderr_tail", "")),
+            bool(data.get("merged", False)),
+        )
+
+    @property
+    def has_result(self) -> bool:
+        return self.result_status != RESULT_NONE
+
+    def result(self) -> Any:
+        """The job's result (parsed JSON); raises :class:`ResultError` when it is too large or not JSON."""
+        if self.result_status.startswith(RESULT_BIG):
+            size = self.result_status.partition(":")[2]
+            raise ResultError(
+                f"the job's result file ($SLURMAPI_RETURN_FILE) is {size} bytes, more than its Slurm comment "
+                f"holds (at most {COMMENT_LIMIT} bytes less the task's tag): write a smaller JSON value, e.g. "
+                "metrics and the path of a file with the rest"
+            )
+        try:
+            return json.loads(self.result_text)
+        except ValueError as err:
+            raise ResultError(
+                f"the job's result file ($SLURMAPI_RETURN_FILE) is not valid JSON ({err}): {self.result_text[:200]!r}"
+            ) from None
+
+
+class ResultError(ValueError):
+    """A job's published result that cannot be used: too large, or not JSON."""
+
+
+def split(comment: str) -> tuple[str, Published | None]:
+    """A job comment's own part (tag, try, the user's comment) and what the job published, if anything."""
+    head, mark, rest = comment.partition(MARK)
+    if not mark:
+        return comment, None
+    fields = rest.split(SEP)
+    if len(fields) < 6 or fields[0] != "":
+        return head.rstrip(" "), None
+    status, merged, result = fields[1], fields[2] == "1", fields[3]
+    stdout, stderr = fields[4], SEP.join(fields[5:])
+    return head.rstrip(" "), Published(status, result, stdout, stderr, merged)
+
+
+def parse(comment: str) -> Published | None:
+    """What the job published in ``comment``; None when it published nothing (yet)."""
+    return split(comment)[1]
+
+
+def tail_lines(value: object) -> int:
+    """The ``output_tail_lines`` argument, checked: 0 (no tails) up to :data:`MAX_TAIL_LINES`."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_TAIL_LINES:
+        raise SlurmJobSpecError(
+            "output_tail_lines",
+            f"{value!r} is not a number of lines",
+            f"Give an int from 0 (no output tails) to {MAX_TAIL_LINES}.",
+        )
+    return value
+
+
+def _quote(text: str) -> str:
+    """``text`` as one single-quoted sh word."""
+    return "'" + text.replace("'", "'\\''") + "'"
+
+
+def room(comment: str) -> int:
+    """Bytes left for the published fields after the job's own comment."""
+    return COMMENT_LIMIT - len(comment.encode()) - _OVERHEAD
+
+
+def wrap_script(script: str, comment: str, lines: int = DEFAULT_TAIL_LINES) -> str:
+    """The batch script that runs ``script`` unchanged and then publishes (see the module's docstring).
+
+    ``comment`` is the job's comment as submitted (it starts with the task-instance tag); the wrapper
+    writes it back first, then the published fields, so the tag is never lost.
+    """
+    body = script if script.endswith("\n") else script + "\n"
+    end = "SLURMAPI_SCRIPT_END_" + hashlib.sha256(body.encode()).hexdigest()[:16]
+    return _WRAPPER.format(
+        head=_quote(comment),
+        room=max(room(comment), 0),
+        lines=lines,
+        end=end,
+        script=body,
+        early=EARLY,
+    )
+
+
+# POSIX sh. The user's script runs in the foreground, so a trapped TERM (Slurm signals every process of
+# the job at its time limit or cancel) is handled once the script has ended; an exit by signal is passed on
+# by the wrapper dying of the same signal. slurmctld refuses updates of a job it has marked as ending
+# ("Job has already finished"), which it does before the time limit's TERM: so a timer also publishes
+# EARLY seconds before $SLURM_JOB_END_TIME (halfway, for a job with less time than twice that), and that
+# publication stands for a job killed at its limit.
+EARLY = 30
+_WRAPPER = """#!/bin/sh
+# airflow-provider-slurmapi (publish_results=True): runs the script below unchanged, then publishes its
+# result ($SLURMAPI_RETURN_FILE) and the tail of its output in this job's Slurm comment.
+__sa_dir=${{TMPDIR:-/tmp}}
+__sa_script=$__sa_dir/slurmapi-script.${{SLURM_JOB_ID:-$$}}.$$
+SLURMAPI_RETURN_FILE=$__sa_dir/slurmapi-result.${{SLURM_JOB_ID:-$$}}.json
+export SLURMAPI_RETURN_FILE
+rm -f "$SLURMAPI_RETURN_FILE"
+(umask 077 && cat > "$__sa_script") <<'{end}'
+{script}{end}
+__sa_publish() (
+LC_ALL=C
+export LC_ALL
+head={head}
+room={room}
+lines={lines}
+clean() {{ tr -d '\\000-\\010\\013-\\037\\177'; }}
+tailof() {{
+    [ "$lines" -gt 0 ] && [ -f "$1" ] && [ "$2" -gt 0 ] || return 0
+    __t=$(tail -n "$lines" "$1" | clean)
+    if [ "${{#__t}}" -gt "$2" ]; then
+        __t=$(printf '%s' "$__t" | tail -c "$2" | sed '1d')
+    fi
+    printf '%s' "$__t"
+}}
+status=none
+result=
+if [ -f "$SLURMAPI_RETURN_FILE" ]; then
+    size=$(wc -c < "$SLURMAPI_RETURN_FILE" | tr -d ' ')
+    if [ "$size" -le "$room" ]; then
+        status=ok
+        result=$(tr -d '\\036\\037' < "$SLURMAPI_RETURN_FILE")
+    else
+        status=big:$size
+    fi
+fi
+left=$((room - ${{#result}}))
+out=/proc/$__sa_pid/fd/1
+err=/proc/$__sa_pid/fd/2
+merged=0
+if [ "$out" -ef "$err" ]; then
+    merged=1
+    o=$(tailof "$out" "$left")
+    e=
+else
+    o=$(tailof "$out" "$left")
+    e=$(tailof "$err" "$left")
+    if [ $((${{#o}} + ${{#e}})) -gt "$left" ]; then
+        half=$((left / 2))
+        if [ "${{#e}}" -gt "$half" ] && [ "${{#o}}" -lt "$half" ]; then
+            e=$(tailof "$err" $((left - ${{#o}})))
+        elif [ "${{#o}}" -gt "$half" ] && [ "${{#e}}" -lt "$half" ]; then
+            o=$(tailof "$out" $((left - ${{#e}})))
+        else
+            o=$(tailof "$out" "$half")
+            e=$(tailof "$err" "$half")
+        fi
+    fi
+fi
+sc=$(command -v scontrol)
+for d in /usr/bin /usr/local/bin /opt/slurm/bin; do
+    [ -n "$sc" ] || {{ [ -x "$d/scontrol" ] && sc=$d/scontrol; }}
+done
+if [ -z "$sc" ]; then
+    echo "slurmapi: no scontrol on this node: the job's result and output tail are not published" >&2
+    return 0
+fi
+us=$(printf '\\037')
+record="$head $(printf '\\036')slurmapi1$us$status$us$merged$us$result$us$o$us$e"
+# A busy slurmctld may time out: try again (not after a signal: the job is ending, Slurm refuses).
+tries=3
+[ "$1" != signalled ] || tries=1
+until "$sc" update "JobId=$__sa_job" "Comment=$record" 2>/dev/null; do
+    tries=$((tries - 1))
+    if [ "$tries" -le 0 ]; then
+        [ -n "$1" ] || echo "slurmapi: scontrol could not publish the job's result and output tail" >&2
+        return 0
+    fi
+    sleep 1
+done
+)
+__sa_pid=$$
+# An array task names itself <array>_<task>: the last task's $SLURM_JOB_ID is the array's own id, and
+# "scontrol update JobId=<array id>" would update every task of the array.
+__sa_job=$SLURM_JOB_ID
+[ -z "${{SLURM_ARRAY_TASK_ID:-}}" ] || __sa_job=${{SLURM_ARRAY_JOB_ID}}_$SLURM_ARRAY_TASK_ID
+__sa_timer=
+if [ -n "${{SLURM_JOB_END_TIME:-}}" ] && [ "$SLURM_JOB_END_TIME" -lt 4000000000 ] 2>/dev/null; then
+    (
+        __sa_left=$((SLURM_JOB_END_TIME - $(date +%s)))
+        __sa_early=$((__sa_left / 2))
+        [ "$__sa_early" -le {early} ] || __sa_early={early}
+        __sa_at=$((SLURM_JOB_END_TIME - __sa_early))
+        while __sa_left=$((__sa_at - $(date +%s))) && [ "$__sa_left" -gt 0 ]; do
+            [ "$__sa_left" -le 5 ] || __sa_left=5
+            sleep "$__sa_left"
+        done
+        trap '' TERM  # a publication under way ends before the final one starts (see below)
+        __sa_publish early
+    ) &
+    __sa_timer=$!
+fi
+__sa_line=
+IFS= read -r __sa_line < "$__sa_script"
+__sa_line=${{__sa_line#??}}
+__sa_line=${{__sa_line#"${{__sa_line%%[! \t]*}}"}}
+__sa_prog=${{__sa_line%%[ \t]*}}
+__sa_arg=${{__sa_line#"$__sa_prog"}}
+__sa_arg=${{__sa_arg#"${{__sa_arg%%[! \t]*}}"}}
+__sa_arg=${{__sa_arg%"${{__sa_arg##*[! \t]}}"}}
+__sa_signalled=
+trap '__sa_signalled=1' TERM INT HUP USR1 USR2
+if [ -n "$__sa_arg" ]; then "$__sa_prog" "$__sa_arg" "$__sa_script"; else "$__sa_prog" "$__sa_script"; fi
+__sa_rc=$?
+if [ -n "$__sa_timer" ]; then
+    kill "$__sa_timer" 2>/dev/null
+    wait "$__sa_timer" 2>/dev/null
+fi
+if [ -n "$__sa_signalled" ]; then __sa_publish signalled; else __sa_publish; fi
+rm -f "$__sa_script" "$SLURMAPI_RETURN_FILE"
+if [ "$__sa_rc" -gt 128 ] && [ "$__sa_rc" -lt 160 ]; then
+    trap - TERM INT HUP USR1 USR2
+    kill -$((__sa_rc - 128)) $$ 2>/dev/null
+fi
+exit "$__sa_rc"
+"""
+
+
+# How many lines of a failed job's stderr its task's error quotes.
+QUOTED_LINES = 10
+
+
+@dataclass
+class Reading:
+    """What the provider read of a finished job's publication (:func:`read`).
+
+    :param has_result: the job wrote a result; ``result`` holds it (for an array: ``{task: result}``).
+    :param error: why a written result cannot be used (too large, not JSON): the task fails with it.
+    :param log: lines for the task log: the tails of the output, or why nothing could be read.
+    :param quote: the last lines of stderr, for a failed job's error message.
+    """
+
+    has_result: bool = False
+    result: Any = None
+    error: str = ""
+    log: list[str] = field(default_factory=list)
+    quote: str = ""
+
+
+def read(summary: Mapping[str, Any]) -> Reading:
+    """Read the publication of a finished job from its summary (``SlurmJob.summary()``, arrays too)."""
+    tasks = summary.get("tasks")
+    if not isinstance(tasks, list):
+        return _read_one(summary)
+    reading = Reading()
+    results: dict[str, Any] = {}
+    for task in tasks:
+        if not isinstance(task, Mapping):
+            continue
+        one = _read_one({**task, "source": task.get("source", summary.get("source"))})
+        reading.log.extend(one.log)
+        if one.error:
+            reading.error = reading.error or one.error
+        if one.has_result:
+            results[str(task.get("display_id"))] = one.result
+        if one.quote and not reading.quote:
+            reading.quote = f"{task.get('display_id')}: {one.quote}"
+    reading.has_result, reading.result = bool(results), results
+    return reading
+
+
+def _read_one(summary: Mapping[str, Any]) -> Reading:
+    label = f"Slurm job {summary.get('display_id') or summary.get('job_id')}"
+    published = Published.from_dict(summary.get("published"))
+    if published is None:
+        return Reading(log=[f"{label}: its result and output tail could not be read: {_why_nothing(summary)}"])
+    reading = Reading()
+    if published.merged:
+        reading.log.append(_tail_text(f"{label} output (stdout and stderr)", published.stdout_tail))
+        stderr = published.stdout_tail
+    else:
+        reading.log.append(_tail_text(f"{label} stdout", published.stdout_tail))
+        reading.log.append(_tail_text(f"{label} stderr", published.stderr_tail))
+        stderr = published.stderr_tail
+    reading.quote = "\n".join(stderr.splitlines()[-QUOTED_LINES:])
+    if published.has_result:
+        try:
+            reading.result, reading.has_result = published.result(), True
+        except ResultError as err:
+            reading.error = f"{label}: {err}"
+    return reading
+
+
+def _tail_text(what: str, tail: str) -> str:
+    if not tail:
+        return f"{what}: (empty)"
+    return f"{what}, last {len(tail.splitlines())} lines:\n{tail}"
+
+
+def _why_nothing(summary: Mapping[str, Any]) -> str:
+    if summary.get("source") == "slurmdb":
+        return (
+            "the job had left Slurm's active queue (MinJobAge) when its final record was read, and accounting "
+            "keeps no job comment on this cluster (AccountingStoreFlags=job_comment keeps it)"
+        )
+    return (
+        "the job published nothing: its wrapper did not reach its end (killed by SIGKILL, e.g. past KillWait "
+        "after its time limit, or a failed launch), or it found no scontrol on the node (see the job's stderr)"
+    )

@@ -1,0 +1,111 @@
+"""``scontrol update JobId=<id> Comment=...`` for the emulator's jobs, with slurmctld 24.11's rules.
+
+A running job of real Slurm may update its own record with ``scontrol``; the provider's result wrapper
+(``api/results.py``) does so. The emulator puts an ``scontrol`` on its jobs' ``PATH`` that sends its
+arguments to a :class:`ControlServer` on loopback, which applies them to the cluster's record under
+its lock, as slurmctld does: ``Comment`` and ``Extra`` up to 1024 bytes ("Pathname of a file,
+directory or other parameter too long"), refused once the job is ending ("Job has already finished").
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import socketserver
+import stat
+import sys
+import threading
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .cluster import Cluster
+
+# slurmctld's limit on a job's comment and extra (measured on Slurm 24.11: 1024 bytes pass, 1025 fail).
+FIELD_LIMIT = 1024
+_FIELDS = ("comment", "extra")
+
+# The shim on the jobs' PATH: plain Python, no import of this package (fast, and any environment).
+_SHIM = """#!{python}
+import json, socket, sys
+s = socket.create_connection(("127.0.0.1", {port}))
+s.sendall(json.dumps(sys.argv[1:]).encode() + b"\\n")
+reply = json.loads(s.makefile("rb").readline())
+sys.stdout.write(reply["stdout"])
+sys.stderr.write(reply["stderr"])
+sys.exit(reply["rc"])
+"""
+
+
+def update(cluster: Cluster, argv: list[str]) -> tuple[int, str, str]:
+    """Run ``scontrol <argv>`` against ``cluster``: ``(exit code, stdout, stderr)``."""
+    if not argv or argv[0].lower() != "update":
+        return 1, "", "emulator scontrol: only 'update JobId=<id> Comment=...|Extra=...' is emulated\n"
+    values: dict[str, str] = {}
+    for item in argv[1:]:
+        key, sep, value = item.partition("=")
+        if not sep:
+            return 1, "", f"scontrol: error: Invalid input: {item}\n"
+        values[key.lower()] = value
+    text = values.pop("jobid", "")
+    unknown = [k for k in values if k not in _FIELDS]
+    array_id, sep, task_text = text.partition("_")
+    if not array_id.isdigit() or (sep and not task_text.isdigit()) or unknown:
+        return 1, "", f"scontrol: error: Invalid input: {' '.join(argv[1:])}\n"
+    with cluster.lock:
+        # JobId=<id>: the job, or every task of the array <id> (real slurmctld: the last task's record id
+        # is the array's, so a task that names itself by $SLURM_JOB_ID may update the whole array);
+        # JobId=<array>_<task>: that task alone.
+        jobs = cluster.active(int(array_id))
+        if sep:
+            jobs = [job for job in jobs if job.array_task_id == int(task_text)]
+        if not jobs:
+            return 1, "", f"Invalid job id specified for job {text}\n"
+        live = [job for job in jobs if job.ending is None and not job.is_final]
+        if not live:
+            return 1, "", f"Job has already finished for job {text}\n"
+        if any(len(v.encode()) > FIELD_LIMIT for v in values.values()):
+            return 1, "", f"Pathname of a file, directory or other parameter too long for job {text}\n"
+        for job in live:
+            # A task of an array shares the array's request: the update is its own (as a split-off task's is).
+            job.request = dataclasses.replace(
+                job.request,
+                comment=values.get("comment", job.request.comment),
+                extra=values.get("extra", job.request.extra),
+            )
+    return 0, "", ""
+
+
+class ControlServer:
+    """Answers the jobs' ``scontrol`` shims; :meth:`start` writes the shim to ``bin_dir``."""
+
+    def __init__(self, cluster: Cluster, bin_dir: Path) -> None:
+        self.cluster = cluster
+        self.bin_dir = bin_dir
+        control = self
+
+        class Handler(socketserver.StreamRequestHandler):
+            def handle(self) -> None:
+                try:
+                    argv = json.loads(self.rfile.readline())
+                    rc, out, err = update(control.cluster, [str(a) for a in argv])
+                except Exception as exc:  # the shim gets an answer whatever happens
+                    rc, out, err = 1, "", f"emulator scontrol: {exc}\n"
+                reply: dict[str, Any] = {"rc": rc, "stdout": out, "stderr": err}
+                self.wfile.write(json.dumps(reply).encode() + b"\n")
+
+        self._server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), Handler, bind_and_activate=True)
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever, name="slurm-emulator-scontrol", daemon=True)
+
+    def start(self) -> None:
+        self.bin_dir.mkdir(parents=True, exist_ok=True)
+        shim = self.bin_dir / "scontrol"
+        shim.write_text(_SHIM.format(python=sys.executable, port=self._server.server_address[1]))
+        shim.chmod(shim.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(timeout=10)

@@ -1,0 +1,193 @@
+"""What a job did, in Airflow, through real Airflow (``dag.test()``): emulator and real Slurm.
+
+The job publishes its result and the tail of its output in its own Slurm comment (api/results.py);
+the same test code on both backends (``backends.py``), with the operator waiting in the worker and
+deferred.
+
+Facts of real Slurm 24.11.5 the design depends on, each pinned by a scenario here:
+
+- a running job's own ``scontrol update JobId=$SLURM_JOB_ID Comment=...`` succeeds as the job's user, and
+  ``GET /slurm/{v}/job/{id}`` returns the new comment until the job leaves the queue; quotes, newlines,
+  backslashes and the RS/US control characters survive (``test_the_json_...``, ``test_a_failed_job_...``);
+- a comment of 1024 bytes passes, 1025 is refused (``test_a_comment_over_the_limit_is_refused_by_slurm``;
+  measured by hand: ``Extra`` has the same limit);
+- once slurmctld marks a job as ending (cancel, time limit) its update is refused ("Job has already
+  finished"), though its TERM trap still runs (``test_a_job_being_cancelled_...``, ``test_a_job_killed_...``);
+- at the time limit every process of the job gets TERM, the script too (``test_a_job_killed_...``);
+- the last task of an array has the array's own id as ``$SLURM_JOB_ID``, and an update of that id reaches
+  every task of the array: a task must name itself ``<array>_<task>`` (``test_an_array_...``);
+- accounting keeps no comment by default (``test_a_record_read_after_the_job_left_the_queue_...``).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+from backends import Backend
+
+from airflow_provider_slurmapi.api import results
+from tests.fixtures import dag_file
+
+pytestmark = [pytest.mark.usefixtures("airflow_db"), pytest.mark.timeout(900)]
+MODES = ["sync", "deferred"]
+DAGS_MODULE = dag_file("slurm_results_dags")
+DAGS = DAGS_MODULE.DAGS
+OUT, ERR = DAGS_MODULE.OUT_MARKER, DAGS_MODULE.ERR_MARKER
+
+
+def run(backend: Backend, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str], dag_id: str, **conf):
+    backend.connect(monkeypatch)
+    capfd.readouterr()
+    dag_run = DAGS[dag_id].test(run_conf={"cwd": backend.cwd, **conf})
+    (ti,) = [ti for ti in dag_run.get_task_instances() if ti.task_id == "train"]
+    out, err = capfd.readouterr()
+    return ti, out + err
+
+
+def state(ti) -> str:
+    return str(ti.state).rsplit(".", 1)[-1].lower()
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_the_json_the_job_writes_is_xcom_slurm_result(backend, monkeypatch, capfd, mode):
+    ti, log = run(backend, monkeypatch, capfd, f"results_value_{mode}")
+    assert state(ti) == "success", log[-3000:]
+    job_id = ti.xcom_pull(task_ids="train")
+    assert ti.xcom_pull(task_ids="train", key="slurm_result") == {
+        "val_acc": 0.93,
+        "checkpoint": f"ckpt-{job_id}.pt",
+    }
+    assert "training" in log  # the output's tail, in the task log
+    assert "published" not in ti.xcom_pull(task_ids="train", key="slurm_job")  # the tails stay in the log
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_failed_job_shows_its_output_and_its_error_quotes_stderr(backend, monkeypatch, capfd, mode):
+    ti, log = run(backend, monkeypatch, capfd, f"results_failure_{mode}")
+    assert state(ti) == "failed"
+    assert f"stdout, last 1 lines:\n{OUT}" in log
+    assert f"stderr, last 1 lines:\n{ERR}" in log
+    assert "exit code 3" in log and f"Last lines of its stderr:\n{ERR}" in log  # the failure's message
+    assert ti.xcom_pull(task_ids="train", key="slurm_result") is None
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_job_killed_at_its_time_limit_still_publishes_its_tail(backend, monkeypatch, capfd, mode):
+    ti, log = run(backend, monkeypatch, capfd, f"results_time_limit_{mode}", time_limit=backend.short_time_limit)
+    assert state(ti) == "failed"
+    assert "TIMEOUT" in log
+    assert f"output (stdout and stderr), last 1 lines:\n{OUT}" in log
+    output = ti.xcom_pull(task_ids="train", key="slurm_job")["standard_output"]
+    assert DAGS_MODULE.TERM_MARKER in backend.host_path(output).read_text()  # the TERM reached the script
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_python_script_runs_unchanged(backend, monkeypatch, capfd, mode):
+    ti, log = run(backend, monkeypatch, capfd, f"results_python_{mode}")
+    assert state(ti) == "success", log[-3000:]
+    result = ti.xcom_pull(task_ids="train", key="slurm_result")
+    assert result["job"] == str(ti.xcom_pull(task_ids="train"))  # its $SLURM_* environment
+    assert result["argv0"].startswith("slurmapi-script.")  # run by python3 itself, from the wrapper's copy
+    assert OUT in log
+
+
+@pytest.mark.parametrize(
+    ("dag", "said"),
+    [("results_not_json", "is not valid JSON"), ("results_too_large", "more than its Slurm comment holds")],
+)
+def test_a_result_that_cannot_be_used_fails_the_task(backend, monkeypatch, capfd, dag, said):
+    ti, log = run(backend, monkeypatch, capfd, f"{dag}_sync")
+    assert state(ti) == "failed"
+    assert said in log
+    assert ti.xcom_pull(task_ids="train", key="slurm_result") is None
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_an_array_publishes_one_result_per_task(backend, monkeypatch, capfd, mode):
+    ti, log = run(backend, monkeypatch, capfd, f"results_array_{mode}")
+    assert state(ti) == "success", log[-3000:]
+    job_id = ti.xcom_pull(task_ids="train")
+    result = ti.xcom_pull(task_ids="train", key="slurm_result")
+    assert result == {f"{job_id}_{n}": {"task": n} for n in range(3)}
+    assert all(f"task {n}" in log for n in range(3))
+
+
+def test_a_masked_value_stays_masked_in_the_tail(backend, monkeypatch, capfd):
+    ti, log = run(backend, monkeypatch, capfd, "results_masked_sync")
+    assert state(ti) == "success", log[-3000:]
+    assert "token is ***" in log and DAGS_MODULE.SECRET not in log, log[-4000:]
+
+
+def test_publish_results_false_submits_the_script_as_it_is(backend, monkeypatch, capfd):
+    ti, log = run(backend, monkeypatch, capfd, "results_off_sync")
+    assert state(ti) == "success", log[-3000:]
+    job = ti.xcom_pull(task_ids="train", key="slurm_job")
+    output = backend.host_path(job["standard_output"]).read_text()
+    assert "return file: [unset]" in output and "slurmapi-script" not in output  # no wrapper around it
+    hook = backend.connect(monkeypatch)
+    record = hook.get_job(job["job_id"])
+    assert results.parse(record.comment) is None and record.comment.startswith("airflow-ti:")
+    assert ti.xcom_pull(task_ids="train", key="slurm_result") is None
+    assert "output tail" not in log and "last 1 lines" not in log
+
+
+def test_no_result_file_no_xcom(backend, monkeypatch, capfd):
+    ti, log = run(backend, monkeypatch, capfd, "results_nothing_deferred")
+    assert state(ti) == "success"
+    assert ti.xcom_pull(task_ids="train", key="slurm_result") is None
+    assert "no result" in log
+
+
+def test_a_record_read_after_the_job_left_the_queue_says_why_nothing_was_read(backend, monkeypatch):
+    """Accounting keeps no comment by default: read too late, the result is absent and the reason given."""
+    hook = backend.connect(monkeypatch)
+    comment = "airflow-ti:d/t/r/-1 try:1"
+    script = results.wrap_script("#!/bin/sh\necho done\necho '[1, 2]' > \"$SLURMAPI_RETURN_FILE\"\n", comment)
+    job_id = hook.submit(backend.spec(script, comment=comment)).job_id
+    ended = backend.wait_for_end(hook, job_id)
+    assert ended.source == "slurm" and ended.comment.startswith(comment + " ")  # the tag kept, first
+    assert results.read(ended.summary()).result == [1, 2]
+    gone = backend.wait_until_left_queue(hook, job_id)
+    reading = results.read(gone.summary())
+    assert not reading.has_result
+    assert "AccountingStoreFlags=job_comment" in reading.log[0]
+
+
+def test_a_comment_over_the_limit_is_refused_by_slurm(backend, monkeypatch):
+    """The limit the wrapper keeps to: slurmctld refuses a comment longer than 1024 bytes from the job."""
+    hook = backend.connect(monkeypatch)
+    script = (
+        "#!/bin/sh\n"
+        f"c=$(yes a | head -n {results.COMMENT_LIMIT} | tr -d '\\n')\n"
+        'scontrol update JobId=$SLURM_JOB_ID Comment="$c" || exit 7\n'
+        'scontrol update JobId=$SLURM_JOB_ID Comment="${c}b" && exit 8\n'
+        "exit 0\n"
+    )
+    job_id = hook.submit(backend.spec(script)).job_id
+    ended = backend.wait_for_end(hook, job_id)
+    assert ended.exit_code.return_code == 0, json.dumps(ended.summary())
+    assert ended.comment == "a" * results.COMMENT_LIMIT
+
+
+def test_a_job_being_cancelled_can_no_longer_update_its_comment(backend, monkeypatch):
+    """Why the wrapper also publishes before the time limit: once slurmctld marks a job as ending (cancel,
+    time limit), the job's own ``scontrol update`` is refused, though its TERM trap still runs."""
+    hook = backend.connect(monkeypatch)
+    script = (
+        "#!/bin/bash\n"
+        "trap 'scontrol update JobId=$SLURM_JOB_ID Comment=late; echo late-rc=$?; exit 0' TERM\n"
+        "scontrol update JobId=$SLURM_JOB_ID Comment=early\n"
+        "sleep 600 & wait\n"
+    )
+    job_id = hook.submit(backend.spec(script, standard_output="cancel-%j.out")).job_id
+    deadline = time.monotonic() + 60
+    while hook.get_job(job_id).comment != "early":
+        assert time.monotonic() < deadline, "the running job did not update its own comment"
+        time.sleep(0.3)
+    hook.cancel_job(job_id)
+    ended = backend.wait_for_end(hook, job_id)
+    assert ended.state.base == "CANCELLED" and ended.comment == "early"
+    output = backend.host_path(f"{backend.cwd}/cancel-{job_id}.out").read_text()
+    assert "Job has already finished" in output and "late-rc=1" in output

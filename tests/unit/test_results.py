@@ -1,0 +1,239 @@
+"""The result wrapper and its parser (api/results.py): the wrapper really runs under ``/bin/sh``.
+
+An ``scontrol`` on the wrapper's ``PATH`` records what the wrapper asks of Slurm and refuses a comment
+longer than slurmctld's 1024 bytes, as Slurm 24.11 does (measured in tests/real_slurm/test_scenarios_results.py);
+the published comment is then read back with :func:`results.parse` as the operator reads it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from airflow_provider_slurmapi.api import results
+from airflow_provider_slurmapi.api.errors import SlurmJobSpecError
+from airflow_provider_slurmapi.api.identity import split_comment
+
+TAG = "airflow-ti:dag/train/manual__2026-01-01/-1 try:1"
+
+# Records each update's comment (NUL-terminated) and refuses what slurmctld refuses.
+SCONTROL = """#!/bin/sh
+[ "$1" = update ] || exit 1
+if [ -s "$SCONTROL_LOG.fail" ]; then  # fail this many times first (a busy slurmctld)
+    n=$(cat "$SCONTROL_LOG.fail"); echo $((n - 1)) > "$SCONTROL_LOG.fail"
+    [ "$n" -le 0 ] || { echo "Socket timed out on send/recv operation" >&2; exit 1; }
+fi
+printf '%s\n' "$2" >> "$SCONTROL_LOG.ids"
+for a in "$@"; do
+    case $a in
+    Comment=*)
+        v=${a#Comment=}
+        n=$(printf '%s' "$v" | wc -c)
+        if [ "$n" -gt 1024 ]; then echo "Pathname of a file, directory or other parameter too long" >&2; exit 1; fi
+        printf '%s\\0' "$v" >> "$SCONTROL_LOG";;
+    esac
+done
+"""
+
+
+def run(tmp_path: Path, script: str, *, comment: str = TAG, lines: int = 50, merged: bool = False, env=None):
+    """Run ``script`` wrapped, as a batch job would: ``(exit status, [published comments], stdout, stderr)``."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    scontrol = bin_dir / "scontrol"
+    scontrol.write_text(SCONTROL)
+    scontrol.chmod(0o755)
+    log = tmp_path / "scontrol.log"
+    wrapper = tmp_path / "wrapper.sh"
+    wrapper.write_text(results.wrap_script(script, comment, lines))
+    out, err = tmp_path / "out.txt", tmp_path / "err.txt"
+    environ = {
+        "PATH": f"{bin_dir}:{os.environ['PATH']}",
+        "SCONTROL_LOG": str(log),
+        "SLURM_JOB_ID": "4242",
+        "TMPDIR": str(tmp_path),
+        **(env or {}),
+    }
+    with out.open("wb") as stdout, out.open("ab") if merged else err.open("wb") as stderr:
+        proc = subprocess.run(["/bin/sh", str(wrapper)], stdout=stdout, stderr=stderr, env=environ, timeout=60)
+    comments = log.read_bytes().decode().split("\0")[:-1] if log.exists() else []
+    return proc.returncode, comments, out.read_text(), "" if merged else err.read_text()
+
+
+def published(comment: str) -> results.Published:
+    head, found = results.split(comment)
+    assert head == TAG and comment.startswith(TAG + " ")  # the tag first, unchanged
+    assert found is not None
+    return found
+
+
+def test_a_result_and_both_tails_are_published_and_the_exit_code_kept(tmp_path):
+    script = '#!/bin/bash\necho out-1\necho err-1 >&2\necho \'{"val_acc": 0.93}\' > "$SLURMAPI_RETURN_FILE"\nexit 3\n'
+    rc, comments, out, err = run(tmp_path, script)
+    assert rc == 3 and out == "out-1\n" and err == "err-1\n"
+    (comment,) = comments
+    found = published(comment)
+    assert found.result() == {"val_acc": 0.93}
+    assert (found.stdout_tail, found.stderr_tail, found.merged) == ("out-1", "err-1", False)
+    assert split_comment(comment)[:2] == ("airflow-ti:dag/train/manual__2026-01-01/-1", 1)
+
+
+@pytest.mark.skipif(shutil.which("python3") is None, reason="no python3 on PATH")
+def test_a_python_script_runs_with_its_own_interpreter_environment_and_arguments(tmp_path):
+    script = (
+        "#!/usr/bin/env python3\nimport json, os, sys\nprint('from python')\n"
+        "json.dump({'job': os.environ['SLURM_JOB_ID'], 'py': sys.version_info[0]}, "
+        "open(os.environ['SLURMAPI_RETURN_FILE'], 'w'))\nsys.exit(5)\n"
+    )
+    rc, comments, out, _ = run(tmp_path, script)
+    assert rc == 5 and out == "from python\n"
+    assert published(comments[0]).result() == {"job": "4242", "py": 3}
+
+
+def test_a_shebang_argument_is_passed_as_the_kernel_passes_it(tmp_path):
+    rc, comments, out, _ = run(tmp_path, "#! /bin/sh -eu\necho before\nfalse\necho never\n")
+    assert rc == 1 and out == "before\n"
+    assert published(comments[0]).stdout_tail == "before"
+
+
+def test_merged_output_has_one_tail_and_no_result_is_none(tmp_path):
+    rc, comments, _, _ = run(tmp_path, "#!/bin/sh\necho one\necho two >&2\n", merged=True)
+    found = published(comments[0])
+    assert rc == 0 and found.merged and found.stdout_tail == "one\ntwo" and not found.has_result
+    assert results.read({"job_id": 1, "published": found.as_dict()}).quote == "one\ntwo"
+
+
+def test_only_the_last_lines_are_published_and_zero_lines_publishes_the_result_only(tmp_path):
+    script = '#!/bin/sh\nseq 1 100\necho 7 > "$SLURMAPI_RETURN_FILE"\n'
+    _, comments, _, _ = run(tmp_path, script, lines=3)
+    assert published(comments[0]).stdout_tail == "98\n99\n100"
+    _, comments, _, _ = run(tmp_path, script, lines=0)
+    found = published(comments[-1])
+    assert found.stdout_tail == "" and found.result() == 7
+
+
+def test_everything_fits_in_slurms_comment_limit(tmp_path):
+    script = '#!/bin/sh\nseq 1 5000\nseq 1 5000 >&2\nprintf \'"%0600d"\' 1 > "$SLURMAPI_RETURN_FILE"\n'
+    _, comments, _, _ = run(tmp_path, script)
+    (comment,) = comments  # the fake scontrol refuses > 1024 bytes: the one publication passed
+    assert len(comment.encode()) <= results.COMMENT_LIMIT
+    found = published(comment)
+    assert found.result() == "0" * 599 + "1"
+    assert found.stdout_tail.endswith("4999\n5000") and found.stderr_tail.endswith("4999\n5000")
+    assert found.stdout_tail.splitlines()[0].isdigit()  # cut at a line's start, not inside one
+
+
+def test_a_result_too_large_is_named_with_its_size_and_the_tails_still_arrive(tmp_path):
+    script = "#!/bin/sh\necho last words\nhead -c 5000 /dev/zero | tr '\\0' 1 > \"$SLURMAPI_RETURN_FILE\"\n"
+    _, comments, _, _ = run(tmp_path, script)
+    found = published(comments[0])
+    assert found.result_status == "big:5000" and found.stdout_tail == "last words"
+    with pytest.raises(results.ResultError, match="is 5000 bytes, more than its Slurm comment holds"):
+        found.result()
+
+
+def test_invalid_json_is_a_clear_error(tmp_path):
+    _, comments, _, _ = run(tmp_path, "#!/bin/sh\necho 'val_acc=0.93' > \"$SLURMAPI_RETURN_FILE\"\n")
+    with pytest.raises(results.ResultError, match=r"not valid JSON .*'val_acc=0.93'"):
+        published(comments[0]).result()
+
+
+def test_control_characters_of_the_output_cannot_break_the_record(tmp_path):
+    script = "#!/bin/sh\nprintf 'a\\036b\\037c\\033[0m\\n'\nprintf 'x\\037y' >&2\n"
+    _, comments, _, _ = run(tmp_path, script)
+    found = published(comments[0])
+    assert (found.stdout_tail, found.stderr_tail) == ("abc[0m", "xy")
+
+
+def test_a_script_killed_by_a_signal_publishes_and_the_wrapper_dies_of_the_same_signal(tmp_path):
+    rc, comments, _, _ = run(tmp_path, "#!/bin/sh\necho before\nkill -TERM $$\necho never\n")
+    assert rc == -signal.SIGTERM
+    assert published(comments[0]).stdout_tail == "before"
+
+
+def test_without_scontrol_the_script_still_runs_and_keeps_its_exit_code(tmp_path):
+    # no scontrol anywhere: /usr/bin and the usual places are looked in too
+    if any(Path(d, "scontrol").exists() for d in ("/usr/bin", "/usr/local/bin", "/opt/slurm/bin")):
+        pytest.skip("this machine has an scontrol")
+    tools = tmp_path / "tools"  # the wrapper's tools, and no scontrol
+    tools.mkdir()
+    for tool in ("cat", "rm", "tr", "wc", "tail", "sed", "date", "sleep"):
+        (tools / tool).symlink_to(shutil.which(tool) or f"/usr/bin/{tool}")
+    wrapper = tmp_path / "w.sh"
+    wrapper.write_text(results.wrap_script("#!/bin/sh\necho hi\nexit 4\n", TAG))
+    env = {"PATH": str(tools), "SLURM_JOB_ID": "1", "TMPDIR": str(tmp_path)}
+    proc = subprocess.run(["/bin/sh", str(wrapper)], capture_output=True, text=True, env=env, timeout=60)
+    assert proc.returncode == 4 and proc.stdout == "hi\n"
+    assert "no scontrol on this node" in proc.stderr
+
+
+def test_the_return_file_and_the_script_copy_are_removed(tmp_path):
+    run(tmp_path, '#!/bin/sh\necho 1 > "$SLURMAPI_RETURN_FILE"\necho "$SLURMAPI_RETURN_FILE"\n')
+    assert sorted(p.name for p in tmp_path.glob("slurmapi-*")) == []
+
+
+def test_a_job_and_an_array_task_each_update_only_their_own_record(tmp_path):
+    run(tmp_path, "#!/bin/sh\n")
+    run(tmp_path, "#!/bin/sh\n", env={"SLURM_ARRAY_JOB_ID": "4240", "SLURM_ARRAY_TASK_ID": "2"})
+    # JobId=<array id> would update every task of the array (the last task's $SLURM_JOB_ID is the array's)
+    assert (tmp_path / "scontrol.log.ids").read_text().split() == ["JobId=4242", "JobId=4240_2"]
+
+
+def test_a_busy_slurmctld_is_asked_again_and_a_lasting_failure_is_said(tmp_path):
+    (tmp_path / "scontrol.log.fail").write_text("2")
+    rc, comments, _, err = run(tmp_path, "#!/bin/sh\necho once\n")
+    assert rc == 0 and published(comments[0]).stdout_tail == "once" and err == ""
+    (tmp_path / "scontrol.log.fail").write_text("9")
+    rc, comments, _, err = run(tmp_path, "#!/bin/sh\nexit 2\n")
+    assert rc == 2 and len(comments) == 1  # three tries, none passed
+    assert "scontrol could not publish the job's result and output tail" in err
+
+
+def test_a_time_limited_job_publishes_before_its_end_and_the_final_record_wins(tmp_path):
+    """Slurm refuses the update of a job killed at its time limit: the wrapper publishes before
+    ``$SLURM_JOB_END_TIME`` (halfway through a short limit), and a job that ends normally later publishes
+    again, after that publication (never overwritten by it)."""
+    script = '#!/bin/sh\necho before\nwhile [ ! -s "$SCONTROL_LOG" ]; do sleep 0.1; done\necho after\n'  # ends once the early publication is in
+    end = str(int(time.time()) + 4)
+    rc, comments, _, _ = run(tmp_path, script, env={"SLURM_JOB_END_TIME": end})
+    assert rc == 0
+    assert [published(c).stdout_tail for c in comments] == ["before", "before\nafter"]
+
+
+def test_a_comment_that_leaves_no_room_is_seen_before_sending():
+    assert results.room("x" * 1000) <= 0 < results.room(TAG)
+
+
+@pytest.mark.parametrize("bad", [-1, 10001, True, "50", 2.0])
+def test_output_tail_lines_is_checked(bad):
+    with pytest.raises(SlurmJobSpecError, match="output_tail_lines"):
+        results.tail_lines(bad)
+
+
+def test_a_comment_without_a_publication_parses_as_nothing():
+    assert results.split(TAG) == (TAG, None)
+    assert results.parse(f"{TAG} {results.MARK}{results.SEP}broken") is None
+
+
+def test_read_too_late_says_why_and_has_no_result():
+    reading = results.read({"job_id": 9, "source": "slurmdb"})
+    assert not reading.has_result and reading.result is None
+    assert "left Slurm's active queue" in reading.log[0] and "AccountingStoreFlags=job_comment" in reading.log[0]
+    assert "did not reach its end" in results.read({"job_id": 9, "source": "slurm"}).log[0]
+
+
+def test_an_array_has_one_result_per_task():
+    def task(n: int, text: str) -> dict:
+        one = results.Published("ok", text, f"out {n}", f"err {n}", merged=False)
+        return {"display_id": f"7_{n}", "published": one.as_dict()}
+
+    reading = results.read({"job_id": 7, "tasks": [task(0, "1"), task(1, json.dumps({"a": 2}))]})
+    assert reading.has_result and reading.result == {"7_0": 1, "7_1": {"a": 2}}
+    assert reading.quote == "7_0: err 0"
