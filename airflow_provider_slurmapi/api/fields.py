@@ -1,25 +1,26 @@
-"""A slurmapi connection's fields for Airflow's connection form: cheap to import, nothing else loaded.
+"""A slurmapi connection's fields for Airflow's connection form: cheap to import.
 
 Airflow's providers manager calls ``get_provider_info`` in every Airflow process (the scheduler, the
-DAG processor, each task), so what it needs lives here, away from the clients and their dependencies.
+DAG processor, each task), so what it needs lives here, away from the clients and their dependencies
+(it reads the default REST version from ``api.versions``, which needs only ``api.errors``).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from airflow_provider_slurmapi.api.versions import DEFAULT_VERSION
+
 DEFAULT_TIMEOUT = 60.0
 # The connection id every hook, operator, sensor, trigger and page uses unless told otherwise.
 DEFAULT_CONN_ID = "slurmapi_default"
-# The Slurm REST version a connection uses when its extra names none (``api.versions`` re-exports it).
-DEFAULT_VERSION = "v0.0.42"
 
 # The connection's extra fields: name -> (label, description). One list for every UI generation.
 CONNECTION_FIELDS: dict[str, tuple[str, str]] = {
     "project_id": ("Project ID", "Google Cloud project that owns the cluster"),
     "region": ("Region", "Region of the cluster, e.g. us-central1"),
     "cluster_id": ("Cluster ID", "ID of the model development cluster"),
-    "api_version": ("Slurm REST API version", "v0.0.40 .. v0.0.45, or auto (default v0.0.42)"),
+    "api_version": ("Slurm REST API version", f"v0.0.40 .. v0.0.45, or auto (default {DEFAULT_VERSION})"),
     "endpoint": ("Endpoint override", "Default https://REGION-aiplatform.googleapis.com"),
     "key_path": ("Key file path", "Service-account key file; empty = Application Default Credentials"),
     "keyfile_dict": ("Key file JSON", "Service-account key JSON (kept secret)"),

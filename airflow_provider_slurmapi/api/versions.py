@@ -25,10 +25,11 @@ import urllib.parse
 from collections.abc import Iterable
 
 from airflow_provider_slurmapi.api.errors import SlurmJobSpecError
-from airflow_provider_slurmapi.api.fields import DEFAULT_VERSION as DEFAULT_VERSION  # its home is api.fields
 
 SUPPORTED_VERSIONS: tuple[str, ...] = ("v0.0.40", "v0.0.41", "v0.0.42", "v0.0.43", "v0.0.44", "v0.0.45")
 AUTO = "auto"
+# The version a connection uses when its extra names none; why it is not auto: docs/connections/slurmapi.rst.
+DEFAULT_VERSION = "v0.0.42"
 # Versions Slurm has announced it removes: the release that removes each, and the first that deprecates it.
 REMOVED_IN: dict[str, tuple[str, tuple[int, int]]] = {"v0.0.42": ("26.11", (26, 5))}
 _VERSION_IN_PATH = re.compile(r"^/(?:slurm|slurmdb)/(v0\.0\.[0-9]+)/")

@@ -85,5 +85,7 @@ def test_the_provider_info_every_airflow_process_reads_imports_only_the_field_li
         "airflow_provider_slurmapi",
         "airflow_provider_slurmapi.api",
         "airflow_provider_slurmapi.api.fields",
+        "airflow_provider_slurmapi.api.versions",  # the default version's home
+        "airflow_provider_slurmapi.api.errors",
         "airflow_provider_slurmapi.get_provider_info",
     }, sorted(ours)
