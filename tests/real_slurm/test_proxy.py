@@ -154,10 +154,13 @@ def test_example_dag_end_to_end_through_the_proxy(real_slurm, proxy, monkeypatch
 
     tis = {ti.task_id: ti for ti in dag_run.get_task_instances()}
     states = {task_id: str(ti.state).rsplit(".", 1)[-1].lower() for task_id, ti in tis.items()}
-    assert states == dict.fromkeys(["prepare_data", "train", "evaluate", "evaluation_done", "publish"], "success")
+    tasks = ["prepare_data", "train", "evaluate", "evaluation_done", "check_accuracy", "publish"]
+    assert states == dict.fromkeys(tasks, "success")
     summary = tis["train"].xcom_pull(task_ids="train", key="slurm_job")
     assert summary["state"] == "COMPLETED"
     train_id = tis["train"].xcom_pull(task_ids="train")
+    result = tis["train"].xcom_pull(task_ids="train", key="slurm_result")  # what the job published, via the proxy
+    assert result["checkpoint"] == f"checkpoints/model-{train_id}.ckpt" and result["val_acc"] > 0.9
     # the file itself (the summary's path can come from accounting: see test_relative_output_from_accounting)
     assert "checkpoint written" in (host_dir / f"train-{train_id}.out").read_text()
     assert (host_dir / "checkpoints" / f"model-{train_id}.ckpt").is_file()

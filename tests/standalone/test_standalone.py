@@ -43,6 +43,7 @@ def test_example_dag_run_succeeds_and_its_jobs_complete(standalone: Standalone, 
         "train": "success",
         "evaluate": "success",
         "evaluation_done": "success",
+        "check_accuracy": "success",
         "publish": "success",
     }
     jobs = run_jobs(standalone, training_run)
@@ -54,6 +55,9 @@ def test_example_dag_run_succeeds_and_its_jobs_complete(standalone: Standalone, 
     summary = standalone.xcom(training_run["dag_id"], training_run["run_id"], "train", "slurm_job")
     assert summary["state"] == "COMPLETED" and summary["exit_code"] == 0
     assert jobs["train"].partition == "gpu"
+    # what the training job published came through the real scheduler and triggerer
+    result = standalone.xcom(training_run["dag_id"], training_run["run_id"], "train", "slurm_result")
+    assert result["checkpoint"] == f"checkpoints/model-{jobs['train'].job_id}.ckpt" and result["val_acc"] > 0.9
 
 
 def test_the_deferrable_gate_sensor_started_in_the_triggerer(standalone: Standalone, training_run: dict[str, Any]):
