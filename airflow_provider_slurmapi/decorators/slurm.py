@@ -15,7 +15,7 @@ one job per task instance however often the task is retried, the job id as its `
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping, Sequence
-from typing import Any, ClassVar
+from typing import Any
 
 from airflow.providers.common.compat.sdk import (
     DecoratedOperator,
@@ -41,7 +41,7 @@ class _SlurmScriptDecoratedOperator(DecoratedOperator, SlurmSubmitJobOperator):
     """
 
     template_fields: Sequence[str] = (*DecoratedOperator.template_fields, *SlurmSubmitJobOperator.template_fields)
-    template_fields_renderers: ClassVar[dict[str, str]] = {
+    template_fields_renderers = {  # typed as its base declares it (ClassVar on Airflow 3, not on 2)
         **DecoratedOperator.template_fields_renderers,
         **SlurmSubmitJobOperator.template_fields_renderers,
     }

@@ -41,7 +41,7 @@ from airflow_provider_slurmapi.api.jobs import SlurmJob
 from airflow_provider_slurmapi.hooks.slurmapi import SlurmJobApiHook
 
 try:
-    from airflow.triggers.base import BaseEventTrigger
+    from airflow.triggers.base import BaseEventTrigger  # type: ignore[attr-defined,unused-ignore]
 except ImportError:  # Airflow 2.x: no event-driven scheduling
     from airflow.triggers.base import BaseTrigger as BaseEventTrigger  # type: ignore[assignment]
 
