@@ -78,6 +78,7 @@ def get_provider_info() -> dict[str, Any]:
         ],
         "extra-links": ["airflow_provider_slurmapi.links.slurmapi.SlurmJobLink"],
         "task-decorators": [
+            {"name": "slurm", "class-name": "airflow_provider_slurmapi.decorators.slurm.slurm_task"},
             {"name": "slurm_script", "class-name": "airflow_provider_slurmapi.decorators.slurm.slurm_script_task"},
         ],
     }

@@ -1,4 +1,5 @@
-"""TaskFlow: ``@task.slurm_script`` turns a function's return value into the batch script of a Slurm job."""
+"""TaskFlow: ``@task.slurm_script`` turns a function's return value into the batch script of a Slurm job;
+``@task.slurm`` runs a Python function on the cluster and returns its value."""
 
 from __future__ import annotations
 
@@ -28,11 +29,22 @@ def example_slurm_taskflow():
 
     # [END howto_decorator_slurm_script]
 
-    @task
-    def report(job_id: int) -> str:
-        return f"tokenized in Slurm job {job_id}"
+    # [START howto_decorator_slurm]
+    @task.slurm(current_working_directory="/home/airflow", partition="debug", time_limit=10, poll_interval=1)
+    def count_shards(shards: list[str]) -> dict:
+        # Runs on the cluster with its python3: self-contained (imports inside), JSON in and out.
+        import os
 
-    report(tokenize(pick_shards()))
+        return {"shards": len(shards), "job": int(os.environ["SLURM_JOB_ID"])}
+
+    # [END howto_decorator_slurm]
+
+    @task
+    def report(job_id: int, counted: dict) -> str:
+        return f"tokenized in Slurm job {job_id}; {counted['shards']} shards counted in job {counted['job']}"
+
+    shards = pick_shards()
+    report(tokenize(shards), count_shards(shards))
 
 
 example_slurm_taskflow_dag = example_slurm_taskflow()

@@ -25,28 +25,26 @@ from airflow.providers.common.compat.sdk import (
     task_decorator_factory,
 )
 
+from airflow_provider_slurmapi.api import checks
 from airflow_provider_slurmapi.api.errors import SlurmJobSpecError
-from airflow_provider_slurmapi.operators.slurmapi import SlurmJobFailedNoRetry, SlurmSubmitJobOperator
+from airflow_provider_slurmapi.decorators import pyjob
+from airflow_provider_slurmapi.operators.slurmapi import XCOM_RESULT, SlurmJobFailedNoRetry, SlurmSubmitJobOperator
 
 # What the script is until the function has run (Airflow shows it in the task's rendered fields).
 SCRIPT_SET_AT_RUN = "(the batch script: returned by the decorated function when the task runs)"
 
 
-class _SlurmScriptDecoratedOperator(DecoratedOperator, SlurmSubmitJobOperator):
-    """Runs the decorated function, then submits the batch script it returned (templated like ``script``).
-
-    :param python_callable: the function; it returns the batch script's content (a non-empty string).
-    :param op_args: positional arguments for it (templated).
-    :param op_kwargs: keyword arguments for it (templated).
-    """
+class _SlurmDecoratedOperator(DecoratedOperator, SlurmSubmitJobOperator):
+    """What both decorators share: the operator's arguments but ``script``, which the task sets when it runs."""
 
     template_fields: Sequence[str] = (*DecoratedOperator.template_fields, *SlurmSubmitJobOperator.template_fields)
     template_fields_renderers = {  # typed as its base declares it (ClassVar on Airflow 3, not on 2)
         **DecoratedOperator.template_fields_renderers,
         **SlurmSubmitJobOperator.template_fields_renderers,
     }
-    custom_operator_name: str = "@task.slurm_script"
     overwrite_rtif_after_execution: bool = True  # the UI shows the script that was really submitted
+    custom_operator_name: str = ""
+    script_fix = ""  # what to do instead of giving ``script``
 
     def __init__(
         self,
@@ -57,9 +55,7 @@ class _SlurmScriptDecoratedOperator(DecoratedOperator, SlurmSubmitJobOperator):
         **kwargs: Any,
     ) -> None:
         if "script" in kwargs:
-            raise SlurmJobSpecError(
-                "script", "is given to @task.slurm_script", "Return the script from the decorated function instead."
-            )
+            raise SlurmJobSpecError("script", f"is given to {self.custom_operator_name}", self.script_fix)
         super().__init__(
             python_callable=python_callable,
             op_args=op_args,
@@ -67,6 +63,18 @@ class _SlurmScriptDecoratedOperator(DecoratedOperator, SlurmSubmitJobOperator):
             script=SCRIPT_SET_AT_RUN,
             **kwargs,
         )
+
+
+class _SlurmScriptDecoratedOperator(_SlurmDecoratedOperator):
+    """Runs the decorated function, then submits the batch script it returned (templated like ``script``).
+
+    :param python_callable: the function; it returns the batch script's content (a non-empty string).
+    :param op_args: positional arguments for it (templated).
+    :param op_kwargs: keyword arguments for it (templated).
+    """
+
+    custom_operator_name: str = "@task.slurm_script"
+    script_fix = "Return the script from the decorated function instead."
 
     def execute(self, context: Any) -> Any:
         context_merge(context, self.op_kwargs)
@@ -96,5 +104,79 @@ def slurm_script_task(python_callable: Callable[..., Any] | None = None, **kwarg
     return task_decorator_factory(
         python_callable=python_callable,
         decorated_operator_class=_SlurmScriptDecoratedOperator,
+        **kwargs,
+    )
+
+
+class _SlurmPythonDecoratedOperator(_SlurmDecoratedOperator):
+    """Runs the decorated function as a Slurm job; its return value comes back as ``return_value``.
+
+    :param python_callable: the function: self-contained (modules imported inside it), defined with ``def``.
+    :param op_args: positional arguments for it (templated; JSON values).
+    :param op_kwargs: keyword arguments for it (templated; JSON values).
+    :param python_command: the cluster's Python, as a shell command line (default ``python3``; a venv's
+        ``/path/bin/python`` works).
+    """
+
+    custom_operator_name: str = "@task.slurm"
+    script_fix = "The job runs the decorated function; use @task.slurm_script to submit a script."
+
+    def __init__(self, *, python_command: str = pyjob.DEFAULT_PYTHON_COMMAND, **kwargs: Any) -> None:
+        if kwargs.get("array") is not None:
+            raise SlurmJobSpecError(
+                "array",
+                "is given to @task.slurm",
+                "@task.slurm runs one function call; use .expand() for many, or @task.slurm_script for an array.",
+            )
+        for name in ("publish_results", "wait_for_completion"):
+            if not checks.flag(kwargs.get(name, True), name):
+                raise SlurmJobSpecError(
+                    name,
+                    "is False, so the function's return value could not come back",
+                    "Leave it out; use @task.slurm_script to submit without waiting or publishing.",
+                )
+        self.python_command = pyjob.python_command(python_command)
+        if "python_callable" in kwargs:  # refused when the DAG is parsed, before anything is sent
+            pyjob.function_source(kwargs["python_callable"])
+        super().__init__(**kwargs)
+
+    def execute(self, context: Any) -> Any:
+        try:
+            call = pyjob.call_json(self.op_args, self.op_kwargs)
+        except SlurmJobSpecError as bad:
+            raise SlurmJobFailedNoRetry(str(bad)) from None  # the same arguments fail the same way
+        source = pyjob.function_source(self.python_callable)
+        self.script = pyjob.job_script(source, self.python_callable.__name__, call, self.python_command)
+        return super().execute(context)
+
+    def _succeeded(self, job_id: int) -> Any:
+        reading = self._reading
+        if reading is None or not reading.has_result:
+            why = " ".join(reading.log) if reading is not None else "nothing was published"
+            raise SlurmJobFailedNoRetry(
+                f"Slurm job {job_id} succeeded, but the return value of {self.python_callable.__name__}() could "
+                f"not be read: {why}"
+            )
+        self.log.info("%s() returned on the cluster (also XCom %r)", self.python_callable.__name__, XCOM_RESULT)
+        return reading.result
+
+
+def slurm_task(python_callable: Callable[..., Any] | None = None, **kwargs: Any) -> TaskDecorator:
+    """Wrap a function into a task that runs it on Slurm, as a batch job, and returns its return value.
+
+    The function's source and its arguments (JSON) are sent in the job's script; the job runs it with
+    ``python_command`` (default ``python3``), and its JSON return value becomes the task's
+    ``return_value`` (through the job's published result: a few hundred bytes at most; return paths, not
+    data). An exception fails the task with the job's traceback in the log. The function must be
+    self-contained: modules imported inside it, values passed as arguments; lambdas, closures and
+    module-level names are refused when the DAG is parsed. Takes every
+    :class:`~airflow_provider_slurmapi.operators.slurmapi.SlurmSubmitJobOperator` argument except
+    ``script`` and ``array``.
+
+    :param python_callable: the function (given when used as ``@task.slurm`` without arguments).
+    """
+    return task_decorator_factory(
+        python_callable=python_callable,
+        decorated_operator_class=_SlurmPythonDecoratedOperator,
         **kwargs,
     )

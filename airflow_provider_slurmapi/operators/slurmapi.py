@@ -219,6 +219,7 @@ class SlurmSubmitJobOperator(BaseOperator):
         self.retry_on_job_failure = checks.flag(retry_on_job_failure, "retry_on_job_failure")
         self.slurmapi_conn_id = slurmapi_conn_id
         self.job_id: int | None = None
+        self._reading: results.Reading | None = None  # what the ended job published, once read
         if gpus_per_node is not None and (
             isinstance(gpus_per_node, bool) or not isinstance(gpus_per_node, int) or gpus_per_node < 0
         ):
@@ -409,7 +410,11 @@ class SlurmSubmitJobOperator(BaseOperator):
                 SlurmJobFailedError(self._with_quote(str(error), summary), job=job, retryable=error.retryable),
                 retry_on_job_failure=self.retry_on_job_failure,
             )
-        return job.job_id
+        return self._succeeded(job.job_id)
+
+    def _succeeded(self, job_id: int) -> Any:
+        """The task's return value once its job succeeded: the job id (``@task.slurm``: the function's)."""
+        return job_id
 
     def _push_job(self, context: Any, summary: dict[str, Any], *, succeeded: bool) -> None:
         """XCom ``slurm_job`` (without the output tails), and what the job published: its tails in the log,
@@ -418,7 +423,7 @@ class SlurmSubmitJobOperator(BaseOperator):
         context["ti"].xcom_push(key=XCOM_JOB, value=_without_published(summary))
         if not self.publish_results:
             return
-        reading = results.read(summary)
+        reading = self._reading = results.read(summary)
         for line in reading.log:
             # the job's own output: what Airflow masks stays masked (also where a log handler would not)
             self.log.info("%s", redact(line))
@@ -446,7 +451,7 @@ class SlurmSubmitJobOperator(BaseOperator):
             context["ti"].xcom_push(key=XCOM_JOB, value=_without_published(ended.job))
         if ended.status == SUCCESS:
             self.log.info(ended.message)
-            return job_id
+            return self._succeeded(job_id)
         if ended.status == TIMEOUT:
             self._cancel(job_id, "its execution_timeout passed")
             raise SlurmJobFailedNoRetry(

@@ -53,3 +53,46 @@ with _dag("taskflow_script_returns_nothing", default_args={"retries": 2}):
         return None  # type: ignore[return-value]
 
     forgot_to_return()
+
+
+with _dag("taskflow_python"):
+
+    @task
+    def sizes() -> list[int]:
+        return [3, 4]
+
+    @task.slurm(**WHERE)
+    def train(sizes: list[int], lr: float) -> dict:
+        import os
+
+        # Runs on the cluster: $SLURM_JOB_ID is the job's, the arguments came as JSON.
+        return {"job": os.environ["SLURM_JOB_ID"], "total": sum(sizes), "lr": lr}
+
+    @task.slurm(task_id="train_deferred", deferrable=True, **WHERE)
+    def train_deferred(sizes: list[int], lr: float) -> dict:
+        import os
+
+        return {"job": os.environ["SLURM_JOB_ID"], "total": sum(sizes), "lr": lr}
+
+    @task
+    def evaluate(metrics: dict) -> float:
+        return metrics["total"] * metrics["lr"]
+
+    counts = sizes()
+    evaluate(train(counts, lr=0.5))
+    train_deferred(counts, lr=0.25)
+
+
+with _dag("taskflow_python_raises"):
+
+    @task.slurm(**WHERE)
+    def diverges(steps: int) -> float:
+        print("epoch 1 done")
+        raise FloatingPointError(f"loss is NaN at step {steps}")
+
+    @task.slurm(task_id="diverges_deferred", deferrable=True, **WHERE)
+    def diverges_deferred(steps: int) -> float:
+        raise FloatingPointError(f"loss is NaN at step {steps}")
+
+    diverges(7)
+    diverges_deferred(8)

@@ -83,12 +83,15 @@ def test_slurm_orders_the_dependency(slurmapi_emulator, default_deferrable):
 def test_taskflow_script_runs_what_the_function_returned(slurmapi_emulator):
     run = load("example_slurm_taskflow").example_slurm_taskflow_dag.test()
     assert set(states(run).values()) == {"success"}
-    (job,) = slurmapi_emulator.jobs()
+    jobs = {j["name"].split("~")[0]: j for j in slurmapi_emulator.jobs()}
+    job, counted = jobs["example_slurm_taskflow.tokenize"], jobs["example_slurm_taskflow.count_shards"]
     output = slurmapi_emulator.read_output(job["job_id"])
     assert "tokenizing shard-a for " in output and f"in job {job['job_id']}" in output
     assert "tokenizing shard-b" in output and "{{" not in output  # rendered before it was sent
     (report,) = [ti for ti in run.get_task_instances() if ti.task_id == "report"]
-    assert report.xcom_pull(task_ids="report") == f"tokenized in Slurm job {job['job_id']}"
+    assert report.xcom_pull(task_ids="report") == (
+        f"tokenized in Slurm job {job['job_id']}; 2 shards counted in job {counted['job_id']}"
+    )
 
 
 def test_waits_on_an_externally_submitted_job(slurmapi_emulator, default_deferrable):

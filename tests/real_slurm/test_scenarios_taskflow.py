@@ -54,3 +54,33 @@ def test_a_function_that_returns_no_script_fails_without_retries_or_a_job(backen
     assert "return value: the function 'forgot_to_return' returned NoneType" in out.out + out.err
     mine = [j for j in hook.list_jobs() if j.name.startswith("taskflow_script_returns_nothing.")]
     assert mine == [], "nothing is submitted"
+
+
+def test_a_python_function_runs_on_the_cluster_and_its_return_value_comes_back(backend: Backend, monkeypatch):
+    hook = backend.connect(monkeypatch)
+    dag_run = DAGS["taskflow_python"].test(run_conf={"cwd": backend.cwd, "partition": backend.partition})
+    tis = {ti.task_id: ti for ti in dag_run.get_task_instances()}
+    assert {task_id: state(ti) for task_id, ti in tis.items()} == dict.fromkeys(tis, "success")
+    for task_id, lr in (("train", 0.5), ("train_deferred", 0.25)):
+        job_id = tis[task_id].xcom_pull(task_ids=task_id, key="slurm_job_id")
+        assert isinstance(job_id, int)
+        # the function ran in the job (its $SLURM_JOB_ID), with the upstream task's list and the literal
+        assert tis[task_id].xcom_pull(task_ids=task_id) == {"job": str(job_id), "total": 7, "lr": lr}
+        job = hook.get_job(job_id)
+        assert job.state.base == "COMPLETED" and job.name.startswith(f"taskflow_python.{task_id}~af")
+    assert tis["evaluate"].xcom_pull(task_ids="evaluate") == 3.5
+
+
+def test_a_python_exception_fails_the_task_with_the_remote_traceback(backend: Backend, monkeypatch, capfd):
+    hook = backend.connect(monkeypatch)
+    dag_run = DAGS["taskflow_python_raises"].test(run_conf={"cwd": backend.cwd, "partition": backend.partition})
+    tis = {ti.task_id: ti for ti in dag_run.get_task_instances()}
+    assert {task_id: state(ti) for task_id, ti in tis.items()} == dict.fromkeys(tis, "failed")
+    out = capfd.readouterr()
+    log = out.out + out.err
+    for task_id, steps in (("diverges", 7), ("diverges_deferred", 8)):
+        job_id = tis[task_id].xcom_pull(task_ids=task_id, key="slurm_job_id")
+        assert hook.get_job(job_id).state.base == "FAILED"
+        assert f"FloatingPointError: loss is NaN at step {steps}" in log
+    assert "Traceback (most recent call last)" in log and "epoch 1 done" in log
+    assert "Last lines of its stderr:" in log  # the failure message quotes the traceback

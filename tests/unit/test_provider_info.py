@@ -75,3 +75,50 @@ def test_task_slurm_script_refuses_a_script_argument():
             return "#!/bin/bash\ntrue\n"
 
         job()
+
+
+def test_task_slurm_is_registered_with_airflow():
+    """``task.slurm`` resolves through Airflow's providers manager too."""
+    from airflow.providers.common.compat.sdk import task
+
+    from airflow_provider_slurmapi.decorators.slurm import slurm_task
+
+    assert task.slurm is slurm_task
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        ({"script": "#!/bin/bash\ntrue\n"}, "script: is given to @task.slurm. The job runs the decorated function"),
+        ({"array": "0-3"}, "array: is given to @task.slurm"),
+        ({"publish_results": False}, "publish_results: is False, so the function's return value could not come"),
+        ({"wait_for_completion": False}, "wait_for_completion: is False"),
+        ({"python_command": ""}, "python_command: '' is not a command line"),
+    ],
+)
+def test_task_slurm_refuses_what_would_lose_the_return_value_when_the_dag_is_parsed(arguments, message):
+    from airflow.providers.common.compat.sdk import DAG, task
+
+    from airflow_provider_slurmapi.api.errors import SlurmJobSpecError
+
+    with DAG(dag_id="refuses", schedule=None), pytest.raises(SlurmJobSpecError, match=message):
+
+        @task.slurm(current_working_directory="/tmp", **arguments)
+        def job() -> int:
+            return 1
+
+        job()
+
+
+def test_task_slurm_refuses_a_function_that_reads_the_dag_files_names_when_the_dag_is_parsed():
+    from airflow.providers.common.compat.sdk import DAG, task
+
+    from airflow_provider_slurmapi.api.errors import SlurmJobSpecError
+
+    with DAG(dag_id="refuses_globals", schedule=None), pytest.raises(SlurmJobSpecError, match="reads pytest from"):
+
+        @task.slurm(current_working_directory="/tmp")
+        def job() -> str:
+            return pytest.__name__
+
+        job()
