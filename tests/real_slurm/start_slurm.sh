@@ -460,7 +460,9 @@ fi
     in_root sacctmgr -i add user "$JOB_USER" Account="$ACCOUNT" Cluster="$CLUSTER" >/dev/null
 
 if ! running /run/slurm/slurmctld.pid; then
-    spawn slurmctld /run/slurm/slurmctld.pid in_root slurmctld
+    # -i: state saved by a slurmctld that was killed with its host (no assoc_usage file) would make it
+    # die with "No Assoc usage file ... to recover"; a test cluster comes back instead.
+    spawn slurmctld /run/slurm/slurmctld.pid in_root slurmctld -i
 fi
 wait_for --pid /run/slurm/slurmctld.pid --port "$CTLD_PORT" "slurmctld" 60 sh -c "chroot '$ROOT' scontrol ping | grep -q 'is UP'"
 
