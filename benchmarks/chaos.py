@@ -45,9 +45,9 @@ ROOT = Path(__file__).resolve().parent.parent
 DAG_FILE = ROOT / "tests" / "dags" / "slurm_chaos_dags.py"
 # Faults on every call, split evenly; lost replies hit submits only and slurmdbd_down /slurmdb paths only.
 GENERIC_FAULTS = ("unavailable", "resource_exhausted", "internal", "reset", "malformed", "slow")
-# Submits Slurm accepted whose answer the client never saw, or saw as a Google 5xx (fate unknown).
 # The client's attempts per call on the chaos connection (its first and 3 retries).
 CLIENT_ATTEMPTS = 4
+# Submits Slurm accepted whose answer the client never saw, or saw as a Google 5xx (fate unknown).
 SUBMIT_FAULTS = ("lost_reply", "unavailable_after", "deadline_exceeded_after")
 FAULT_KINDS = (*GENERIC_FAULTS, "slurmdbd_down", "token_error", *SUBMIT_FAULTS)
 # What happens to a job while it runs, each with its share of ``job_event_rate``.
@@ -246,9 +246,9 @@ def run_chaos(
         conf["cwd"] = real.cwd
     with emu:
         if real is not None:
-            # The first look-up of a lost submit's job fails through all the client's attempts (retries=3),
-            # so that task surely needs Airflow's retry, which comes past MinJobAge: its job is then in
-            # accounting only. Without it the seeded faults leave that to the run's timing.
+            # The first look-up of a job by its name (a try resolving its lost submit reply) fails through
+            # all the client's attempts, so that task surely needs Airflow's retry, which comes past
+            # MinJobAge: its job is then in accounting only. Otherwise the seeded faults leave it to timing.
             emu.inject_fault("unavailable", count=CLIENT_ATTEMPTS, path_contains="job_name=", method="GET")
         arm_faults(emu, rate)
         with connection(emu):
