@@ -297,6 +297,8 @@ class Reading:
     :param error: why a written result cannot be used (too large, not JSON): the task fails with it.
     :param log: lines for the task log: the tails of the output, or why nothing could be read.
     :param quote: the last lines of stderr, for a failed job's error message.
+    :param unread: why nothing the job published could be read (empty when its publication was read;
+        for an array, not set).
     """
 
     has_result: bool = False
@@ -304,6 +306,7 @@ class Reading:
     error: str = ""
     log: list[str] = field(default_factory=list)
     quote: str = ""
+    unread: str = ""
 
 
 def read(summary: Mapping[str, Any]) -> Reading:
@@ -332,7 +335,8 @@ def _read_one(summary: Mapping[str, Any]) -> Reading:
     label = f"Slurm job {summary.get('display_id') or summary.get('job_id')}"
     published = Published.from_dict(summary.get("published"))
     if published is None:
-        return Reading(log=[f"{label}: its result and output tail could not be read: {_why_nothing(summary)}"])
+        unread = _why_nothing(summary)
+        return Reading(log=[f"{label}: its result and output tail could not be read: {unread}"], unread=unread)
     reading = Reading()
     if published.merged:
         reading.log.append(_tail_text(f"{label} output (stdout and stderr)", published.stdout_tail))

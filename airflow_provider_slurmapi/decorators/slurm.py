@@ -27,6 +27,7 @@ from airflow.providers.common.compat.sdk import (
 
 from airflow_provider_slurmapi.api import checks
 from airflow_provider_slurmapi.api.errors import SlurmJobSpecError
+from airflow_provider_slurmapi.api.results import Reading
 from airflow_provider_slurmapi.decorators import pyjob
 from airflow_provider_slurmapi.operators.slurmapi import XCOM_RESULT, SlurmJobFailedNoRetry, SlurmSubmitJobOperator
 
@@ -121,7 +122,13 @@ class _SlurmPythonDecoratedOperator(_SlurmDecoratedOperator):
     custom_operator_name: str = "@task.slurm"
     script_fix = "The job runs the decorated function; use @task.slurm_script to submit a script."
 
-    def __init__(self, *, python_command: str = pyjob.DEFAULT_PYTHON_COMMAND, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *,
+        python_callable: Callable[..., Any],
+        python_command: str = pyjob.DEFAULT_PYTHON_COMMAND,
+        **kwargs: Any,
+    ) -> None:
         if kwargs.get("array") is not None:
             raise SlurmJobSpecError(
                 "array",
@@ -136,28 +143,31 @@ class _SlurmPythonDecoratedOperator(_SlurmDecoratedOperator):
                     "Leave it out; use @task.slurm_script to submit without waiting or publishing.",
                 )
         self.python_command = pyjob.python_command(python_command)
-        if "python_callable" in kwargs:  # refused when the DAG is parsed, before anything is sent
-            pyjob.function_source(kwargs["python_callable"])
-        super().__init__(**kwargs)
+        # Read and checked when the DAG is parsed (a function the job could not run is refused before
+        # anything is sent); the task's run uses this copy.
+        self._source = pyjob.function_source(python_callable)
+        super().__init__(python_callable=python_callable, **kwargs)
 
     def execute(self, context: Any) -> Any:
         try:
             call = pyjob.call_json(self.op_args, self.op_kwargs)
         except SlurmJobSpecError as bad:
             raise SlurmJobFailedNoRetry(str(bad)) from None  # the same arguments fail the same way
-        source = pyjob.function_source(self.python_callable)
-        self.script = pyjob.job_script(source, self.python_callable.__name__, call, self.python_command)
+        self.script = pyjob.job_script(self._source, self.python_callable.__name__, call, self.python_command)
         return super().execute(context)
 
-    def _succeeded(self, job_id: int) -> Any:
-        reading = self._reading
+    def _succeeded(self, job_id: int, reading: Reading | None) -> Any:
+        name = self.python_callable.__name__
         if reading is None or not reading.has_result:
-            why = " ".join(reading.log) if reading is not None else "nothing was published"
-            raise SlurmJobFailedNoRetry(
-                f"Slurm job {job_id} succeeded, but the return value of {self.python_callable.__name__}() could "
-                f"not be read: {why}"
+            why = (
+                reading.unread
+                if reading is not None and reading.unread
+                else f"the job wrote none: {name}() did not return (did it call sys.exit()?)"
             )
-        self.log.info("%s() returned on the cluster (also XCom %r)", self.python_callable.__name__, XCOM_RESULT)
+            raise SlurmJobFailedNoRetry(
+                f"Slurm job {job_id} succeeded, but the return value of {name}() could not be read: {why}"
+            )
+        self.log.info("%s() returned on the cluster (also XCom %r)", name, XCOM_RESULT)
         return reading.result
 
 
@@ -166,8 +176,8 @@ def slurm_task(python_callable: Callable[..., Any] | None = None, **kwargs: Any)
 
     The function's source and its arguments (JSON) are sent in the job's script; the job runs it with
     ``python_command`` (default ``python3``), and its JSON return value becomes the task's
-    ``return_value`` (through the job's published result: a few hundred bytes at most; return paths, not
-    data). An exception fails the task with the job's traceback in the log. The function must be
+    ``return_value`` (through the job's published result, which holds about 900 bytes: return paths and
+    metrics, not data). An exception fails the task with the job's traceback in the log. The function must be
     self-contained: modules imported inside it, values passed as arguments; lambdas, closures and
     module-level names are refused when the DAG is parsed. Takes every
     :class:`~airflow_provider_slurmapi.operators.slurmapi.SlurmSubmitJobOperator` argument except

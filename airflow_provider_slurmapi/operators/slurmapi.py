@@ -219,7 +219,6 @@ class SlurmSubmitJobOperator(BaseOperator):
         self.retry_on_job_failure = checks.flag(retry_on_job_failure, "retry_on_job_failure")
         self.slurmapi_conn_id = slurmapi_conn_id
         self.job_id: int | None = None
-        self._reading: results.Reading | None = None  # what the ended job published, once read
         if gpus_per_node is not None and (
             isinstance(gpus_per_node, bool) or not isinstance(gpus_per_node, int) or gpus_per_node < 0
         ):
@@ -403,27 +402,28 @@ class SlurmSubmitJobOperator(BaseOperator):
 
     def _finish(self, context: Any, job: SlurmJob) -> int:
         summary = job.summary()
-        self._push_job(context, summary, succeeded=job.state.is_success)
+        reading = self._push_job(context, summary, succeeded=job.state.is_success)
         if not job.state.is_success:
             error = failure_error(job)
             raise _fail(
                 SlurmJobFailedError(self._with_quote(str(error), summary), job=job, retryable=error.retryable),
                 retry_on_job_failure=self.retry_on_job_failure,
             )
-        return self._succeeded(job.job_id)
+        return self._succeeded(job.job_id, reading)
 
-    def _succeeded(self, job_id: int) -> Any:
-        """The task's return value once its job succeeded: the job id (``@task.slurm``: the function's)."""
+    def _succeeded(self, job_id: int, reading: results.Reading | None) -> Any:
+        """The task's return value once its job succeeded: the job id (``@task.slurm``: the function's,
+        from ``reading``, what the job published; None when ``publish_results`` is off or nothing ended)."""
         return job_id
 
-    def _push_job(self, context: Any, summary: dict[str, Any], *, succeeded: bool) -> None:
+    def _push_job(self, context: Any, summary: dict[str, Any], *, succeeded: bool) -> results.Reading | None:
         """XCom ``slurm_job`` (without the output tails), and what the job published: its tails in the log,
         its result as XCom ``slurm_result``. A result that is too large or not JSON fails the task (a failed
         job's own error comes first: there the bad result is only logged)."""
         context["ti"].xcom_push(key=XCOM_JOB, value=_without_published(summary))
         if not self.publish_results:
-            return
-        reading = self._reading = results.read(summary)
+            return None
+        reading = results.read(summary)
         for line in reading.log:
             # the job's own output: what Airflow masks stays masked (also where a log handler would not)
             self.log.info("%s", redact(line))
@@ -434,6 +434,7 @@ class SlurmSubmitJobOperator(BaseOperator):
         if reading.has_result:
             context["ti"].xcom_push(key=XCOM_RESULT, value=reading.result)
             self.log.info("Pushed the job's result as XCom %r", XCOM_RESULT)
+        return reading
 
     def _with_quote(self, message: str, summary: dict[str, Any]) -> str:
         """A failure's message, with the last lines of the job's stderr when it published them."""
@@ -445,13 +446,14 @@ class SlurmSubmitJobOperator(BaseOperator):
         ended = JobEvent.from_payload(event)
         job_id = int(ended.job_id)
         self.job_id = job_id
+        reading = None
         if ended.job is not None and ended.status in (SUCCESS, FAILED):
-            self._push_job(context, ended.job, succeeded=ended.status == SUCCESS)
+            reading = self._push_job(context, ended.job, succeeded=ended.status == SUCCESS)
         elif ended.job is not None:
             context["ti"].xcom_push(key=XCOM_JOB, value=_without_published(ended.job))
         if ended.status == SUCCESS:
             self.log.info(ended.message)
-            return self._succeeded(job_id)
+            return self._succeeded(job_id, reading)
         if ended.status == TIMEOUT:
             self._cancel(job_id, "its execution_timeout passed")
             raise SlurmJobFailedNoRetry(

@@ -94,5 +94,12 @@ with _dag("taskflow_python_raises"):
     def diverges_deferred(steps: int) -> float:
         raise FloatingPointError(f"loss is NaN at step {steps}")
 
+    @task.slurm(**WHERE)
+    def exits_early() -> int:
+        import sys
+
+        sys.exit(0)  # the job succeeds, but the function never returned
+
     diverges(7)
     diverges_deferred(8)
+    exits_early()

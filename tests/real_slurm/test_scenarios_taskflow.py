@@ -71,7 +71,7 @@ def test_a_python_function_runs_on_the_cluster_and_its_return_value_comes_back(b
     assert tis["evaluate"].xcom_pull(task_ids="evaluate") == 3.5
 
 
-def test_a_python_exception_fails_the_task_with_the_remote_traceback(backend: Backend, monkeypatch, capfd):
+def test_a_function_that_raises_or_never_returns_fails_its_task_saying_why(backend: Backend, monkeypatch, capfd):
     hook = backend.connect(monkeypatch)
     dag_run = DAGS["taskflow_python_raises"].test(run_conf={"cwd": backend.cwd, "partition": backend.partition})
     tis = {ti.task_id: ti for ti in dag_run.get_task_instances()}
@@ -84,3 +84,7 @@ def test_a_python_exception_fails_the_task_with_the_remote_traceback(backend: Ba
         assert f"FloatingPointError: loss is NaN at step {steps}" in log
     assert "Traceback (most recent call last)" in log and "epoch 1 done" in log
     assert "Last lines of its stderr:" in log  # the failure message quotes the traceback
+    job_id = tis["exits_early"].xcom_pull(task_ids="exits_early", key="slurm_job_id")
+    assert hook.get_job(job_id).state.base == "COMPLETED"
+    assert f"Slurm job {job_id} succeeded, but the return value of exits_early() could not be read" in log
+    assert "exits_early() did not return" in log
