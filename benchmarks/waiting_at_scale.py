@@ -14,8 +14,13 @@ Modes:
 
 - ``coalesced``: ``SlurmJobTrigger`` as shipped (one shared poller per connection and interval).
 - ``results`` (``--modes coalesced,results``): ``coalesced`` with ``read_results=True``, as the operator's
-  ``publish_results`` (default) runs it: the jobs that ended in the queue are read from there when accounting
-  lacks their comment (a simulated job publishes nothing, so every ended job is read: the worst case).
+  ``publish_results`` (default) runs it, on jobs whose comment carries what the operator's wrapper publishes
+  at a job's exit (a simulated run runs no script, so the comment is set at the submit; the poller reads it
+  only once the job has ended). Accounting keeps no comment (Slurm's default), so the jobs that ended in
+  the queue are read from there (one call; only their records are decoded), and once the poller has seen
+  that, instead of accounting.
+- ``results-silent``: the same with jobs that publish nothing (a job that ran without the wrapper): the
+  poller never learns that accounting lacks comments and reads both, accounting and the queue: the worst case.
 - ``baseline``: what the usual provider does (issue #7's definition): each trigger reads the connection,
   has its own httpx client and its own token source, and makes one GET per job per tick.
 - ``slow-token`` (with ``--slow-token S``): ``coalesced`` again, but ``--slow-token-at`` seconds into the
@@ -147,10 +152,24 @@ class EmulatorProcess:
         assert self.proc.stdin is not None
         self.proc.stdin.write("quit\n")
         self.proc.stdin.flush()
-        self.proc.wait(timeout=30)
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:  # its shutdown is not measured: do not let it hold the figures
+            self.proc.kill()
+            self.proc.wait()
 
 
 # -- one measurement (a fresh process) ------------------------------------------------------------
+
+
+def published_comment() -> str:
+    """A comment as the operator's wrapper leaves it at a job's exit when the job wrote no result and
+    printed nothing (api/results.py: the mark, then result status, merged, result, stdout and stderr tails)."""
+    from airflow_provider_slurmapi.api.results import MARK, RESULT_NONE, SEP, parse
+
+    comment = f"bench {MARK}" + SEP.join(["", RESULT_NONE, "0", "", "", ""])
+    assert parse(comment) is not None
+    return comment
 
 
 def runtime_of(i: int, n: int, spread: float) -> float:
@@ -176,7 +195,10 @@ def measure(mode: str, n: int, interval: float, spread: float, probe_hz: float) 
     for i in range(n):
         runtime = runtime_of(i, n, spread)
         script = f"#!/bin/bash\n#EMULATOR runtime={runtime:.3f} hold=1 exit=0\ntrue\n"
-        job_id = hook.submit(JobSpec.build(script, {"current_working_directory": "/bench", "name": f"b{i}"})).job_id
+        fields = {"current_working_directory": "/bench", "name": f"b{i}"}
+        if mode == "results":
+            fields["comment"] = published_comment()
+        job_id = hook.submit(JobSpec.build(script, fields)).job_id
         runtimes[job_id] = runtime
     hook.get_conn().close()
     rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
@@ -211,7 +233,7 @@ def measure(mode: str, n: int, interval: float, spread: float, probe_hz: float) 
         events[job_id] = time.time()
 
     async def trigger(job_id: int) -> None:
-        wait = SlurmJobTrigger(job_id, poll_interval=interval, coalesce=True, read_results=mode == "results")
+        wait = SlurmJobTrigger(job_id, poll_interval=interval, coalesce=True, read_results=mode.startswith("results"))
         async for event in wait.run():
             assert event.payload["status"] == "success", event.payload
             ended(job_id)
@@ -467,7 +489,7 @@ def main() -> None:
     parser.add_argument(
         "--modes",
         default="coalesced,baseline",
-        help="modes of each N (also: results, coalesced reading published records)",
+        help="modes of each N (also: results, coalesced reading published records; results-silent)",
     )
     parser.add_argument("--baseline-max", type=int, default=2000, help="largest N for the baseline")
     parser.add_argument("--slow-token", type=float, default=5.0, help="token endpoint delay in the slow-token run")

@@ -183,7 +183,7 @@ class BaseSlurmJobApiClient:
         is tried again like a Google 5xx; once the tries are spent, that reply is the answer.
         """
         try:
-            reply = self.cluster.parse(status, content, what=call.describe())
+            reply = self.cluster.parse(status, content, what=call.describe(), only_jobs=call.only_jobs)
         except GoogleApiError as err:
             if err.code == 401 and token and self.tokens:
                 self.tokens.invalidate(token)

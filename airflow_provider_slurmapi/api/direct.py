@@ -49,7 +49,13 @@ class SlurmrestdRef:
             headers["Content-Type"] = "application/json"
         return HttpRequest(call.method, self.url + call.path, headers, content)
 
-    def parse(self, status: int, content: bytes, *, what: str) -> SlurmReply:
+    def parse(self, status: int, content: bytes, *, what: str, only_jobs: frozenset[str] | None = None) -> SlurmReply:
+        if only_jobs is not None and 200 <= status < 300:
+            from airflow_provider_slurmapi.api.listing import slurm_listing
+
+            body = slurm_listing(content, only_jobs)
+            if body is not None:
+                return SlurmReply.from_structured(status, body)
         try:
             body = json.loads(content) if content else {}
         except ValueError:

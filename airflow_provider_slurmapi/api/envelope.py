@@ -125,8 +125,8 @@ class ClusterRef:
             headers["Authorization"] = f"Bearer {bearer}"
         return HttpRequest("POST", self.url, headers, encode_envelope(call))
 
-    def parse(self, status: int, content: bytes, *, what: str) -> SlurmReply:
-        return parse_reply(status, content, what=what)
+    def parse(self, status: int, content: bytes, *, what: str, only_jobs: frozenset[str] | None = None) -> SlurmReply:
+        return parse_reply(status, content, what=what, only_jobs=only_jobs)
 
 
 class ReplyBody:
@@ -193,6 +193,8 @@ class Call:
     method: str
     path: str
     body: Mapping[str, Any] | None = None
+    # For a job listing: only the ``jobs`` records with these ids are decoded and kept (see ``listing``).
+    only_jobs: frozenset[str] | None = None
 
     @property
     def idempotent(self) -> bool:
@@ -295,8 +297,18 @@ def slurm_error(reply: SlurmReply, what: str) -> SlurmApiError:
     )
 
 
-def parse_reply(http_status: int, content: bytes, *, what: str) -> SlurmReply:
-    """Turn the HTTP answer of callSlurmRestApi into a :class:`SlurmReply`, or raise a Google error."""
+def parse_reply(http_status: int, content: bytes, *, what: str, only_jobs: frozenset[str] | None = None) -> SlurmReply:
+    """Turn the HTTP answer of callSlurmRestApi into a :class:`SlurmReply`, or raise a Google error.
+
+    ``only_jobs``: the reply is a job listing of which only these job ids are wanted; the other records
+    are not decoded (:mod:`~airflow_provider_slurmapi.api.listing`), and not in the reply.
+    """
+    if only_jobs is not None and 200 <= http_status < 300:
+        from airflow_provider_slurmapi.api.listing import envelope_listing
+
+        found = envelope_listing(content, only_jobs)
+        if found is not None:
+            return SlurmReply.from_structured(_status(found[0], what), found[1])
     try:
         payload = json.loads(content) if content else None
     except ValueError:
@@ -309,12 +321,16 @@ def parse_reply(http_status: int, content: bytes, *, what: str) -> SlurmReply:
         return _raise_google(http_status, payload, content, what)
     if not isinstance(payload, dict) or "status" not in payload:
         raise MalformedReplyError(f"{what}: the reply has no status with a structuredBody or body ({content[:80]!r})")
-    status = payload.get("status")
+    return SlurmReply.from_structured(_status(payload.get("status"), what), slurm_body(payload, what=what))
+
+
+def _status(status: Any, what: str) -> int:
+    """The envelope's ``status`` (Slurm's HTTP status, a number or its digits)."""
     if isinstance(status, str) and status.isdigit():
         status = int(status)
-    if not isinstance(status, int):
+    if not isinstance(status, int) or isinstance(status, bool):
         raise MalformedReplyError(f"{what}: the reply's status is {status!r}, not an HTTP status")
-    return SlurmReply.from_structured(status, slurm_body(payload, what=what))
+    return status
 
 
 def slurm_body(payload: Mapping[str, Any], *, what: str) -> Any:

@@ -225,10 +225,10 @@ def queued_jobs(version: str, job_ids: list[str]) -> Operation[dict[str, SlurmJo
     if len(job_ids) == 1:
         job = yield from get_active_job(version, job_ids[0])
         return {job_ids[0]: job} if job is not None else {}
-    wanted = set(job_ids)
-    reply = yield Call("GET", versions.jobs_path(version))
+    wanted = frozenset(job_ids)
+    # Only the wanted records are decoded (``only_jobs``) and parsed: the whole queue may hold thousands.
+    reply = yield Call("GET", versions.jobs_path(version), only_jobs=wanted)
     reply.raise_for_errors("list jobs")
-    # Only the wanted records are parsed: the whole queue may hold thousands.
     return {
         str(record.get("job_id")): SlurmJob.from_job_info(record, version)
         for record in records(reply)

@@ -103,7 +103,7 @@ class SlurmJobApiEmulator:
         self.default_partition = default_partition
         self._own_state_dir = state_dir is None
         self.state_dir = Path(state_dir) if state_dir is not None else Path(tempfile.mkdtemp(prefix="slurmapi-emu-"))
-        self.min_job_age = min_job_age
+        self._min_job_age = min_job_age
         self.minute_seconds = minute_seconds
         self.accounting_delay = accounting_delay
         self.token_lifetime = token_lifetime
@@ -347,6 +347,16 @@ class SlurmJobApiEmulator:
     def set_slurmdbd_down(self, down: bool = True) -> None:
         self._simulated("set_slurmdbd_down")
         self._slurm.slurmdbd_down = down
+
+    @property
+    def min_job_age(self) -> float:
+        """slurm.conf's ``MinJobAge``: seconds an ended job stays in the active queue. Setting it, like
+        ``scontrol reconfigure`` after an edit, applies to the jobs that end from then on."""
+        return self._min_job_age
+
+    @min_job_age.setter
+    def min_job_age(self, seconds: float) -> None:
+        self._min_job_age = self._cluster.min_job_age = float(seconds)
 
     def purge(self, job_id: int) -> None:
         """Drop a job (or an array) from the active queue now, as MinJobAge would later."""

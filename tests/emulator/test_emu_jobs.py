@@ -274,6 +274,18 @@ def test_min_job_age_moves_a_job_to_accounting_only(api: Api, emu: SlurmJobApiEm
     assert [r["job_id"] for r in body["jobs"]] == [job_id]
 
 
+@pytest.mark.slurmapi_emulator(min_job_age=3600)
+def test_min_job_age_set_on_a_running_emulator_applies_to_the_jobs_that_end_next(
+    api: Api, emu: SlurmJobApiEmulator
+) -> None:
+    emu.min_job_age = 0.5
+    assert emu.min_job_age == 0.5
+    job_id = api.submit("#!/bin/bash\ntrue\n")
+    emu.wait_for_state(job_id, "COMPLETED", 10)
+    emu.wait_for_purge(job_id, 10)  # not an hour
+    assert api.job(job_id)[0] == 404
+
+
 def test_purge_now(api: Api, emu: SlurmJobApiEmulator) -> None:
     job_id = api.submit("#!/bin/bash\ntrue\n")
     emu.wait_for_state(job_id, "COMPLETED", 10)

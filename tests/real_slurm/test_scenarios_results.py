@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import time
+from typing import Any
 
 import pytest
 from backends import Backend
@@ -191,3 +192,47 @@ def test_a_job_being_cancelled_can_no_longer_update_its_comment(backend, monkeyp
     assert ended.state.base == "CANCELLED" and ended.comment == "early"
     output = backend.host_path(f"{backend.cwd}/cancel-{job_id}.out").read_text()
     assert "Job has already finished" in output and "late-rc=1" in output
+
+
+def test_jobs_that_ended_together_are_read_from_the_queue_each_with_its_own_result(backend, monkeypatch):
+    """The deferred wait of several jobs that ended in one tick: the shared poller reads their records from
+    the whole active queue (one ``GET .../jobs/``, decoding only their records) when accounting lacks their
+    comments, and learns that it does; each job's own result comes back, whatever else is in the queue."""
+    import asyncio
+
+    from airflow_provider_slurmapi.triggers.poller import SharedJobPoller
+
+    hook = backend.connect(monkeypatch)
+    if backend.name == "emulator":  # real Slurm's test cluster keeps an ended job 10 s or more
+        monkeypatch.setattr(backend.emu, "min_job_age", 30.0)
+    gate = f"ended-together-{time.time_ns()}"  # in the jobs' working directory
+    comment = "airflow-ti:d/t/r/-1 try:1"
+    script = results.wrap_script(
+        f'#!/bin/sh\nwhile [ ! -e {gate} ]; do sleep 0.1; done\necho "[$SLURM_JOB_ID]" > "$SLURMAPI_RETURN_FILE"\n',
+        comment,
+    )
+    ids = [hook.submit(backend.spec(script, comment=comment)).job_id for _ in range(3)]
+    deadline = time.monotonic() + 120
+    while any(hook.get_job(job_id).state.base != "RUNNING" for job_id in ids):
+        assert time.monotonic() < deadline, "the three jobs did not all start"
+        time.sleep(0.2)
+    backend.host_path(f"{backend.cwd}/{gate}").write_text("")
+    ended = [backend.wait_for_end(hook, job_id) for job_id in ids]
+    assert [job.state.base for job in ended] == ["COMPLETED"] * 3
+
+    async def one_tick() -> tuple[dict[str, Any], bool | None]:
+        client = await hook.get_async_conn()
+        poller = SharedJobPoller.get("test-ended-together", 3600.0, lambda: client)
+        queues = {job_id: poller.subscribe(job_id, published=True) for job_id in ids}
+        try:
+            first = {job_id: await asyncio.wait_for(queues[job_id].get(), 60) for job_id in ids}
+            return {str(j): o.job for j, o in first.items()}, poller.comments_accounted
+        finally:
+            for job_id, queue in queues.items():
+                await poller.unsubscribe(job_id, queue)
+
+    records, accounted = asyncio.run(one_tick())
+    assert {j: results.read(r.summary()).result if r else None for j, r in records.items()} == {
+        str(j): [j] for j in ids
+    }
+    assert accounted is False  # Slurm's default: accounting keeps no comment

@@ -191,3 +191,59 @@ def test_malformed_replies_raise_clearly(content):
     with pytest.raises(MalformedReplyError) as info:
         parse_reply(200, content, what="GET x")
     assert info.value.retryable and info.value.ambiguous
+
+
+# A job listing read for a few of its jobs (``Call.only_jobs``, the poller's read of the jobs that ended in
+# the queue): the wanted records decode exactly as a whole read gives them, the rest are dropped unread.
+
+
+def _queue_of(count: int) -> dict:
+    listing = recorded("jobs_list")
+    first = listing["jobs"][0]
+    return dict(listing, jobs=[dict(first, job_id=1000 + n, name=f"job-{n}") for n in range(count)])
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_a_listing_read_for_some_jobs_keeps_exactly_those_records(shape):
+    content = shaped(200, _queue_of(50), shape)
+    whole = parse_reply(200, content, what="GET /slurm/v0.0.42/jobs/")
+    some = parse_reply(200, content, what="GET /slurm/v0.0.42/jobs/", only_jobs=frozenset({"1003", "1040", "7"}))
+    by_id = {r["job_id"]: r for r in whole.body["jobs"]}
+    kept = [r for r in some.body["jobs"] if r["job_id"] in (1003, 1040)]
+    assert kept == [by_id[1003], by_id[1040]]
+    assert some.status == whole.status == 200 and some.ok
+    assert some.body["meta"] == whole.body["meta"]  # the release, for the version-removal notice
+    assert some.warnings == whole.warnings and some.errors == whole.errors
+    if shape != "body-object":  # a body a proxy already decoded is read whole, as before
+        assert len(some.body["jobs"]) == 2
+
+
+def test_a_listing_read_directly_from_slurmrestd_keeps_the_wanted_records():
+    from airflow_provider_slurmapi.api.direct import SlurmrestdRef
+
+    queue = _queue_of(20)
+    ref = SlurmrestdRef("http://127.0.0.1:6820", "slurm", "jwt")
+    some = ref.parse(200, json.dumps(queue).encode(), what="GET jobs", only_jobs=frozenset({"1019"}))
+    assert some.body["jobs"] == [queue["jobs"][19]] and some.body["meta"] == queue["meta"]
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_errors_read_the_same_when_only_some_jobs_are_wanted(shape):
+    only = frozenset({"1"})
+    reply = parse_reply(200, wrap("slurmdb_job_slurmdbd_down", shape), what="list jobs", only_jobs=only)
+    with pytest.raises(SlurmAccountingUnavailableError, match="Unable to connect to database"):
+        reply.raise_for_errors("list jobs")
+    content = json.dumps({"error": {"code": 503, "message": "try later", "status": "UNAVAILABLE"}}).encode()
+    with pytest.raises(GoogleApiError, match="try later"):
+        parse_reply(503, content, what="GET /slurm/v0.0.42/jobs/", only_jobs=only)
+
+
+@pytest.mark.parametrize(
+    "content",
+    [b'{"status": 200, "structuredBody": {"jobs": [{"job_id": 1}', b'{"status": 200, "body": "{\\"jobs\\": [tr"}'],
+)
+def test_a_cut_listing_is_malformed_when_only_some_jobs_are_wanted(content):
+    from airflow_provider_slurmapi.api.errors import MalformedReplyError
+
+    with pytest.raises(MalformedReplyError):
+        parse_reply(200, content, what="GET x", only_jobs=frozenset({"1"}))
