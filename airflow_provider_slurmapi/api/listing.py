@@ -74,12 +74,11 @@ def slurm_listing(content: bytes, wanted: Collection[str]) -> dict[str, Any] | N
 def envelope_listing(content: bytes, wanted: Collection[str]) -> tuple[int | str, dict[str, Any]] | None:
     """A callSlurmRestApi answer's status and Slurm reply, reduced to the wanted jobs, in either reply shape
     (``structuredBody`` object, or ``body`` string); None if it is not a job listing in one of them."""
-    try:
+    try:  # pick() inside: a record that is not an object (no job_id to read) sends it the ordinary way
         structured = _structured.decode(content)
+        return structured.status, pick(structured.structuredBody, wanted)
     except (msgspec.DecodeError, msgspec.ValidationError):
         pass
-    else:
-        return structured.status, pick(structured.structuredBody, wanted)
     try:
         stringed = _stringed.decode(content)
     except (msgspec.DecodeError, msgspec.ValidationError):

@@ -247,3 +247,14 @@ def test_a_cut_listing_is_malformed_when_only_some_jobs_are_wanted(content):
 
     with pytest.raises(MalformedReplyError):
         parse_reply(200, content, what="GET x", only_jobs=frozenset({"1"}))
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_a_listing_with_a_record_that_is_not_an_object_reads_as_before(shape):
+    from airflow_provider_slurmapi.api.operations import records
+
+    queue = _queue_of(3)
+    queue["jobs"].insert(1, None)
+    content = shaped(200, queue, shape)
+    some = parse_reply(200, content, what="GET jobs", only_jobs=frozenset({"1002"}))
+    assert [r["job_id"] for r in records(some) if r["job_id"] == 1002] == [1002]
