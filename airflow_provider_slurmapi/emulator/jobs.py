@@ -88,6 +88,8 @@ class Job:
     split_off: bool = False
     # slurmctld's view of the dependency ("afterok:12(unfulfilled)"); None until first evaluated
     dependency_text: str | None = None
+    # The accounting comment the job's user wrote with sacctmgr (slurmdbd's derived_es, ``comment.job``).
+    accounted_comment: str = ""
 
     @property
     def base_state(self) -> str:

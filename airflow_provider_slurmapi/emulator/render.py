@@ -137,7 +137,8 @@ def slurmdb_job(job: Job, cluster: str, store_flags: frozenset[str] = frozenset(
     """One element of ``jobs`` in ``GET /slurmdb/v0.0.42/job/{id}`` and ``/jobs/``.
 
     As in real Slurm, accounting keeps the job's comment only with ``AccountingStoreFlags=job_comment``
-    (``store_flags``), which is not the default: without it the record reads ``"job": ""``.
+    (``store_flags``), which is not the default: without it the record reads what the job's user wrote
+    with ``sacctmgr modify job`` (``"job": ""`` when nothing).
     """
     record: dict[str, Any] = template("slurmdb_job")
     req = job.request
@@ -148,7 +149,11 @@ def slurmdb_job(job: Job, cluster: str, store_flags: frozenset[str] = frozenset(
     record.update(
         {
             "account": req.account or "default",
-            "comment": {"administrator": "", "job": req.comment if "job_comment" in store_flags else "", "system": ""},
+            "comment": {
+                "administrator": "",
+                "job": req.comment if "job_comment" in store_flags else job.accounted_comment,
+                "system": "",
+            },
             "allocation_nodes": req.node_count if started else 0,
             "cluster": cluster,
             "exit_code": _db_exit_code(job),

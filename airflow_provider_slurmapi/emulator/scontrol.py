@@ -5,6 +5,11 @@ A running job of real Slurm may update its own record with ``scontrol``; the pro
 arguments to a :class:`ControlServer` on loopback, which applies them to the cluster's record under
 its lock, as slurmctld does: ``Comment`` and ``Extra`` up to 1024 bytes ("Pathname of a file,
 directory or other parameter too long"), refused once the job is ending ("Job has already finished").
+
+The same shim, named ``sacctmgr``, runs ``sacctmgr -i modify job where JobId=<id> set Comment=...`` as
+Slurm 24.11's does for the job's own user: it writes the job's accounting comment (``comment.job`` of
+``/slurmdb/{v}/job/{id}``) whatever ``AccountingStoreFlags`` says, with each quote turned into a backtick,
+once slurmdbd has recorded the job ("Request didn't affect anything" before), and at any time after.
 """
 
 from __future__ import annotations
@@ -27,9 +32,9 @@ _FIELDS = ("comment", "extra")
 
 # The shim on the jobs' PATH: plain Python, no import of this package (fast, and any environment).
 _SHIM = """#!{python}
-import json, socket, sys
+import json, os, socket, sys
 s = socket.create_connection(("127.0.0.1", {port}))
-s.sendall(json.dumps(sys.argv[1:]).encode() + b"\\n")
+s.sendall(json.dumps([os.path.basename(sys.argv[0])] + sys.argv[1:]).encode() + b"\\n")
 reply = json.loads(s.makefile("rb").readline())
 sys.stdout.write(reply["stdout"])
 sys.stderr.write(reply["stderr"])
@@ -76,6 +81,35 @@ def update(cluster: Cluster, argv: list[str]) -> tuple[int, str, str]:
     return 0, "", ""
 
 
+def sacctmgr(cluster: Cluster, argv: list[str]) -> tuple[int, str, str]:
+    """Run ``sacctmgr <argv>`` against ``cluster``'s accounting: ``(exit code, stdout, stderr)``."""
+    usage = "emulator sacctmgr: only '-i modify job where JobId=<id> set Comment=...' is emulated\n"
+    words = [a for a in argv if a not in ("-i", "--immediate")]
+    if len(words) != 6 or [w.lower() for w in (*words[:3], words[4])] != ["modify", "job", "where", "set"]:
+        return 1, "", usage
+    key, _, text = words[3].partition("=")
+    field, sep, value = words[5].partition("=")
+    if key.lower() != "jobid" or field.lower() != "comment" or not sep:
+        return 1, "", usage
+    array_id, sep, task_text = text.partition("_")
+    if not array_id.isdigit() or (sep and not task_text.isdigit()):
+        return 1, "", f" Bad job id: {text}\n"
+    with cluster.lock:
+        jobs = [job for job in cluster.accounting(int(array_id)) if not sep or job.array_task_id == int(task_text)]
+        if not sep:  # <id> names one record: the job, or an array's record of that id
+            jobs = [job for job in jobs if job.job_id == int(array_id)]
+        if not jobs:
+            return (
+                1,
+                " Error with request: Data has not changed since time specified\n",
+                "sacctmgr: error: Request didn't affect anything\n",
+            )
+        for job in jobs:
+            job.accounted_comment = value.replace('"', "`").replace("'", "`")
+    listed = "".join(f"  {job.job_id} submitted at {job.submit_time}\n" for job in jobs)
+    return 0, f" Modified jobs...\n{listed}", ""
+
+
 class ControlServer:
     """Answers the jobs' ``scontrol`` shims; :meth:`start` writes the shim to ``bin_dir``."""
 
@@ -87,8 +121,9 @@ class ControlServer:
         class Handler(socketserver.StreamRequestHandler):
             def handle(self) -> None:
                 try:
-                    argv = json.loads(self.rfile.readline())
-                    rc, out, err = update(control.cluster, [str(a) for a in argv])
+                    prog, *argv = (str(a) for a in json.loads(self.rfile.readline()))
+                    run = sacctmgr if prog == "sacctmgr" else update
+                    rc, out, err = run(control.cluster, argv)
                 except Exception as exc:  # the shim gets an answer whatever happens
                     rc, out, err = 1, "", f"emulator scontrol: {exc}\n"
                 reply: dict[str, Any] = {"rc": rc, "stdout": out, "stderr": err}
@@ -100,9 +135,10 @@ class ControlServer:
 
     def start(self) -> None:
         self.bin_dir.mkdir(parents=True, exist_ok=True)
-        shim = self.bin_dir / "scontrol"
-        shim.write_text(_SHIM.format(python=sys.executable, port=self._server.server_address[1]))
-        shim.chmod(shim.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+        for name in ("scontrol", "sacctmgr"):
+            shim = self.bin_dir / name
+            shim.write_text(_SHIM.format(python=sys.executable, port=self._server.server_address[1]))
+            shim.chmod(shim.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
         self._thread.start()
 
     def stop(self) -> None:
