@@ -7,7 +7,8 @@ The one home of both formats, written and read only here:
   cleared. Slurm's accounting keeps names whatever its ``AccountingStoreFlags``;
 * the **comment** starts with ``airflow-ti:<dag_id>/<task_id>/<run_id>/<map_index> try:<n>``, for people
   reading ``squeue`` and for the job page, which maps a job to the DAG whose readers may see it
-  (:func:`parse_tag`). Accounting keeps comments only with ``AccountingStoreFlags=job_comment``.
+  (:func:`parse_tag`). Accounting keeps the submitted comment only with ``AccountingStoreFlags=job_comment``
+  (a publishing job's wrapper writes accounting a copy, tag first, at exit: :mod:`.results`).
 """
 
 from __future__ import annotations
@@ -161,7 +162,9 @@ class TaskRef:
 
 
 def parse_tag(comment: str) -> TaskRef | None:
-    """The task instance named by the tag at the start of a job's comment; None without a tag."""
+    """The task instance named by the tag at the start of a job's comment (the queue's, or accounting's
+    percent-quoted copy); None without a tag."""
+    comment = results.split(comment)[0] if comment else comment
     if not comment or not comment.startswith(TAG_PREFIX):
         return None
     tag = comment.split(" ", 1)[0]

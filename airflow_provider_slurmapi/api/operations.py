@@ -220,7 +220,8 @@ def accounted_jobs(version: str, job_ids: list[str]) -> Operation[tuple[dict[str
 
 def queued_jobs(version: str, job_ids: list[str]) -> Operation[dict[str, SlurmJob]]:
     """The active queue's records of jobs that ended there (with the comment the job published, which
-    accounting keeps only with ``AccountingStoreFlags=job_comment``): one ``GET`` of the job for one id,
+    accounting has only with ``AccountingStoreFlags=job_comment`` or the wrapper's ``sacctmgr`` copy): one
+    ``GET`` of the job for one id,
     one ``GET`` of the whole queue for more, however many ended at once."""
     if len(job_ids) == 1:
         job = yield from get_active_job(version, job_ids[0])

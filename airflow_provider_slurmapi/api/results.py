@@ -3,21 +3,28 @@
 slurmrestd reads no files, but a running job may update its own record (``scontrol update
 JobId=$SLURM_JOB_ID Comment=...``, as the job's user), and ``GET /slurm/{v}/job/{id}`` returns that
 comment while the job runs and after it ends, until it leaves the active queue (``MinJobAge``);
-accounting keeps it only with ``AccountingStoreFlags=job_comment``. Slurm 24.11 refuses a comment
-longer than :data:`COMMENT_LIMIT` bytes ("Pathname ... too long").
+accounting keeps that comment only with ``AccountingStoreFlags=job_comment``. Slurm 24.11 refuses a
+comment longer than :data:`COMMENT_LIMIT` bytes ("Pathname ... too long"). The job's user may also write
+the job's accounting comment itself (``sacctmgr -i modify job where JobId=<id> set Comment=...``, measured
+on Slurm 24.11 and 26.05 with the default ``AccountingStoreFlags``), which ``/slurmdb/{v}/job/{id}``
+returns as ``comment.job`` once the job has ended: so the wrapper writes a copy there too, and the batched
+accounting read that ends every wait carries it (no read of the active queue).
 
 :func:`wrap_script` turns the user's script into a POSIX ``sh`` batch script that writes it to a file
 and runs it with the interpreter of its own ``#!`` line (its exit code, signals and ``$SLURM_*``
 environment unchanged), then, on any exit, appends to the job's comment (the task-instance tag first,
 kept as it is) a :data:`MARK` and four fields: the state of the result file the job wrote to
 ``$SLURMAPI_RETURN_FILE`` (``ok``, ``none``, ``big:<bytes>``), the result, and the last lines of the
-job's stdout and stderr, cut to what the comment holds. :func:`parse` reads them back.
+job's stdout and stderr, cut to what the comment holds; and the same, percent-quoted (:data:`QUOTED`),
+as the job's accounting comment, when ``sacctmgr`` is on the node and ``$SLURMAPI_PUBLISH_ACCOUNTING``
+is not ``0``. :func:`parse` reads either back.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -93,12 +100,25 @@ class ResultError(ValueError):
     """A job's published result that cannot be used: too large, or not JSON."""
 
 
+# Accounting's copy of a publication (written with sacctmgr, which turns quotes into backticks) has these
+# characters percent-quoted, and says so with the field QUOTED right after the mark.
+QUOTED = "%"
+_UNQUOTE = re.compile("%(25|22|27|60)")
+
+
+def _unquote(text: str) -> str:
+    return _UNQUOTE.sub(lambda m: chr(int(m.group(1), 16)), text)
+
+
 def split(comment: str) -> tuple[str, Published | None]:
-    """A job comment's own part (tag, try, the user's comment) and what the job published, if anything."""
+    """A job comment's own part (tag, try, the user's comment) and what the job published, if anything:
+    from the job's comment in the active queue, or from accounting's percent-quoted copy."""
     head, mark, rest = comment.partition(MARK)
     if not mark:
         return comment, None
     fields = rest.split(SEP)
+    if len(fields) >= 6 and fields[0] == QUOTED:
+        head, fields = _unquote(head), ["", *(_unquote(f) for f in fields[1:])]
     if len(fields) < 6 or fields[0] != "":
         return head.rstrip(" "), None
     status, merged, result = fields[1], fields[2] == "1", fields[3]
@@ -217,15 +237,28 @@ else
     fi
 fi
 sc=$(command -v scontrol)
+sa=$(command -v sacctmgr)
 for d in /usr/bin /usr/local/bin /opt/slurm/bin; do
     [ -n "$sc" ] || {{ [ -x "$d/scontrol" ] && sc=$d/scontrol; }}
+    [ -n "$sa" ] || {{ [ -x "$d/sacctmgr" ] && sa=$d/sacctmgr; }}
 done
-if [ -z "$sc" ]; then
+[ "${{SLURMAPI_PUBLISH_ACCOUNTING:-1}}" != 0 ] || sa=
+if [ -z "$sc" ] && [ -z "$sa" ]; then
     echo "slurmapi: no scontrol on this node: the job's result and output tail are not published" >&2
     return 0
 fi
 us=$(printf '\\037')
-record="$head $(printf '\\036')slurmapi1$us$status$us$merged$us$result$us$o$us$e"
+rs=$(printf '\\036')
+record="$head ${{rs}}slurmapi1$us$status$us$merged$us$result$us$o$us$e"
+# Accounting's copy (sacctmgr writes the job's accounting comment, which slurmdbd keeps whatever
+# AccountingStoreFlags says; sacctmgr turns quotes into backticks): percent-quoted, marked by a "%" field.
+if [ -n "$sa" ]; then
+    copy=$(printf '%s' "$record" | sed -e 's/%/%25/g' -e 's/"/%22/g' -e "s/'/%27/g" -e 's/`/%60/g' \\
+        -e "s/${{rs}}slurmapi1$us/${{rs}}slurmapi1%$us/")
+    to=$(command -v timeout) && to="$to 15"
+    $to "$sa" -i modify job where "JobId=$__sa_job" set "Comment=$copy" >/dev/null 2>&1
+fi
+[ -n "$sc" ] || return 0
 # A busy slurmctld may time out: try again (not after a signal: the job is ending, Slurm refuses).
 tries=3
 [ "$1" != signalled ] || tries=1
@@ -363,8 +396,10 @@ def _tail_text(what: str, tail: str) -> str:
 def _why_nothing(summary: Mapping[str, Any]) -> str:
     if summary.get("source") == "slurmdb":
         return (
-            "the job had left Slurm's active queue (MinJobAge) when its final record was read, and accounting "
-            "keeps no job comment on this cluster (AccountingStoreFlags=job_comment keeps it)"
+            "the job had left Slurm's active queue (MinJobAge) when its final record was read, and its "
+            "accounting record holds no copy of what it published (the job's wrapper writes one with sacctmgr "
+            "where the node has it and $SLURMAPI_PUBLISH_ACCOUNTING is not 0; "
+            "AccountingStoreFlags=job_comment keeps the job's own comment)"
         )
     return (
         "the job published nothing: its wrapper did not reach its end (killed by SIGKILL, e.g. past KillWait "

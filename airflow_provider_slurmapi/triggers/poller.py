@@ -15,12 +15,14 @@ call per job. The poller lives only in memory: it starts with its first subscrib
 last, so nothing needs sharing between triggerer processes.
 
 A subscriber that reads what its job published at its end (``subscribe(..., published=True)``, the
-operator's ``publish_results``; :mod:`~airflow_provider_slurmapi.api.results`) needs the job's comment,
-which accounting keeps only with ``AccountingStoreFlags=job_comment``: the tick reads the records of such
-jobs that ended in the active queue from there when their accounting records lack it, with one call
-(``queued_jobs``: the job, or the whole queue when several ended). Once an ended job read from both showed
-that accounting keeps no comment (``comments_accounted``), that read replaces the accounting read for such
-jobs, so a tick costs as many calls as without it, however many jobs end at once.
+operator's ``publish_results``; :mod:`~airflow_provider_slurmapi.api.results`) needs the job's comment.
+The job's wrapper writes it to accounting too (``sacctmgr``), so the tick's one accounting call usually
+carries it. When an ended job's accounting record lacks it (no ``sacctmgr`` on the node, or slurmdbd had not
+recorded the job yet), the tick reads the records of such jobs that ended in the active queue from there,
+with one call (``queued_jobs``: the job, or the whole queue when several ended). Until an accounting
+record has carried a publication, an ended job read from both showing that accounting lacks it
+(``comments_accounted`` False) makes that read replace the accounting read for such jobs, so a tick costs
+as many calls as without it, however many jobs end at once.
 """
 
 from __future__ import annotations
@@ -75,8 +77,10 @@ class SharedJobPoller:
         self._task: asyncio.Task[None] | None = None
         # Subscribed ids whose final record must carry what the job published (its comment).
         self.published: set[str] = set()
-        # Whether this cluster's accounting keeps job comments (AccountingStoreFlags=job_comment), learnt
-        # from an ended job read from both: once known not to, such jobs are read from the queue only.
+        # Whether this cluster's accounting records carry what jobs published (their wrapper's sacctmgr copy,
+        # or AccountingStoreFlags=job_comment), learnt from ended jobs: True once one did (for good: a job
+        # whose copy failed is still read from the queue), False when one read from both lacked it while
+        # its queue record had it and none did before: ended jobs are then read from the queue only.
         self.comments_accounted: bool | None = None
 
     @classmethod
@@ -248,7 +252,7 @@ class SharedJobPoller:
         for job_id, job in queued.items():
             if not job.state.is_terminal:
                 continue
-            if job.published is not None and seen[job_id].job is not None:
+            if job.published is not None and seen[job_id].job is not None and not self.comments_accounted:
                 self.comments_accounted = False  # accounting's record of the same ended job lacks it
             seen[job_id].job = job
 

@@ -259,13 +259,17 @@ def test_a_missing_connection_is_named_in_the_event(slurmapi_emulator):
     assert "no_such_connection" in event["message"] and "Could not read connection" in event["message"], event
 
 
-def _published_calls(hook, emulator, *, jobs: int) -> tuple[list[dict], list]:
+# The job's wrapper writes no accounting copy of its publication (as on a node without sacctmgr).
+NO_ACCOUNTING_COPY = {"SLURMAPI_PUBLISH_ACCOUNTING": "0"}
+
+
+def _published_calls(hook, emulator, *, jobs: int, environment=None) -> tuple[list[dict], list]:
     """``jobs`` wrapped jobs that have all ended, then their triggers: their events and the calls they made."""
     from airflow_provider_slurmapi.api import results
 
     comment = "airflow-ti:d/t/r/-1 try:1"
     script = results.wrap_script('#!/bin/sh\necho line\necho \'{"n": 1}\' > "$SLURMAPI_RETURN_FILE"\n', comment)
-    ids = [submit(hook, script, comment=comment) for _ in range(jobs)]
+    ids = [submit(hook, script, comment=comment, environment=environment) for _ in range(jobs)]
     for job_id in ids:
         hook.wait_for_job(job_id, poll_interval=0.2, timeout=60)
     start = len(emulator.calls)
@@ -279,10 +283,18 @@ def _published_calls(hook, emulator, *, jobs: int) -> tuple[list[dict], list]:
     return events, [c[1] for c in emulator.calls[start:]]
 
 
-def test_the_final_record_carries_what_the_job_published_at_one_call_per_tick(hook, slurmapi_emulator):
-    """Accounting keeps no comment by default: the jobs that ended in the queue are read from there, all
-    of a tick's with one call (the whole queue), not one per job."""
+def test_the_accounting_copy_carries_what_the_jobs_published_at_no_extra_call(hook, slurmapi_emulator):
+    """The wrapper's sacctmgr copy: the tick's one accounting call brings every ended job's publication."""
     events, calls = _published_calls(hook, slurmapi_emulator, jobs=5)
+    assert [e["job"]["published"]["result_text"] for e in events] == ['{"n": 1}'] * 5
+    assert {e["job"]["source"] for e in events} == {"slurmdb"}
+    assert not [c for c in calls if c.endswith("/jobs/") or "/job/" in c], calls
+
+
+def test_the_final_record_carries_what_the_job_published_at_one_call_per_tick(hook, slurmapi_emulator):
+    """Without the accounting copy (and accounting keeps no comment by default), the jobs that ended in the
+    queue are read from there, all of a tick's with one call (the whole queue), not one per job."""
+    events, calls = _published_calls(hook, slurmapi_emulator, jobs=5, environment=NO_ACCOUNTING_COPY)
     for event in events:
         assert event["status"] == "success"
         assert event["job"]["published"]["result_text"] == '{"n": 1}'
@@ -305,35 +317,39 @@ def test_accounting_that_keeps_the_comment_costs_no_extra_call(hook, slurmapi_em
 
 
 def test_one_ended_job_is_read_with_one_get(hook, slurmapi_emulator):
-    events, calls = _published_calls(hook, slurmapi_emulator, jobs=1)
+    events, calls = _published_calls(hook, slurmapi_emulator, jobs=1, environment=NO_ACCOUNTING_COPY)
     assert events[0]["job"]["published"]["result_text"] == '{"n": 1}'
     assert [c for c in calls if "/job/" in c or c.endswith("/jobs/")] == [f"/slurm/v0.0.42/job/{events[0]['job_id']}"]
 
 
-def _wrapped(hook, count: int) -> list[int]:
+def _wrapped(hook, count: int, environment=None) -> list[int]:
     from airflow_provider_slurmapi.api import results
 
     comment = "airflow-ti:d/t/r/-1 try:1"
     script = results.wrap_script('#!/bin/sh\necho \'{"n": 2}\' > "$SLURMAPI_RETURN_FILE"\n', comment)
-    ids = [submit(hook, script, comment=comment) for _ in range(count)]
+    ids = [submit(hook, script, comment=comment, environment=environment) for _ in range(count)]
     for job_id in ids:
         hook.wait_for_job(job_id, poll_interval=0.2, timeout=60)
     return ids
 
 
 @pytest.mark.parametrize(
-    "kept",
+    ("kept", "environment"),
     [
-        pytest.param(False, id="accounting-drops-comments"),
+        pytest.param(False, NO_ACCOUNTING_COPY, id="accounting-drops-comments"),
+        pytest.param(True, None, id="sacctmgr-copy"),
         pytest.param(
-            True, id="job_comment", marks=pytest.mark.slurmapi_emulator(accounting_store_flags=["job_comment"])
+            True,
+            NO_ACCOUNTING_COPY,
+            id="job_comment",
+            marks=pytest.mark.slurmapi_emulator(accounting_store_flags=["job_comment"]),
         ),
     ],
 )
-def test_the_poller_learns_whether_accounting_keeps_comments(hook, slurmapi_emulator, kept):
+def test_the_poller_learns_whether_accounting_keeps_comments(hook, slurmapi_emulator, kept, environment):
     """Once an ended job read from both shows it, a tick reads such jobs from the one place that has their
     comment: the queue (no accounting call for them), or accounting (no queue call)."""
-    first, later = _wrapped(hook, 1), _wrapped(hook, 3)
+    first, later = _wrapped(hook, 1, environment), _wrapped(hook, 3, environment)
 
     async def watch() -> tuple[list[str], list[str]]:
         client = await hook.get_async_conn()
@@ -368,3 +384,27 @@ def test_the_poller_learns_whether_accounting_keeps_comments(hook, slurmapi_emul
         ]
     ), learnt
     assert len(learning) == (2 if kept else 3), learning  # the learning tick read both
+
+
+def test_once_accounting_carried_a_publication_a_job_without_its_copy_is_read_from_the_queue(hook, slurmapi_emulator):
+    """A job whose accounting copy failed (say slurmdbd had not recorded it yet) costs one queue read, and
+    the poller keeps reading the others' from accounting."""
+    with_copy, without = _wrapped(hook, 1), _wrapped(hook, 1, NO_ACCOUNTING_COPY)
+
+    async def watch() -> list[str]:
+        client = await hook.get_async_conn()
+        poller = SharedJobPoller.get("test-published-mixed", 3600.0, lambda: client)
+        start = len(slurmapi_emulator.calls)
+        queues = {job_id: poller.subscribe(job_id, published=True) for job_id in with_copy + without}
+        # the poller's first tick (then it sleeps an hour)
+        seen = {job_id: await asyncio.wait_for(queue.get(), 30) for job_id, queue in queues.items()}
+        assert poller.comments_accounted is True
+        jobs = [seen[j].job for j in with_copy + without]
+        assert [job.source if job else None for job in jobs] == ["slurmdb", "slurm"]
+        assert {job.published.result_text if job and job.published else None for job in jobs} == {'{"n": 2}'}
+        for job_id, queue in queues.items():
+            await poller.unsubscribe(job_id, queue)
+        return [c[1] for c in slurmapi_emulator.calls[start:]]
+
+    calls = asyncio.run(watch())
+    assert [c for c in calls if "/job/" in c or c.endswith("/jobs/")] == [f"/slurm/v0.0.42/job/{without[0]}"], calls

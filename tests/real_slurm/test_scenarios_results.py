@@ -22,6 +22,7 @@ Facts of real Slurm 24.11.5 the design depends on, each pinned by a scenario her
 from __future__ import annotations
 
 import json
+import re
 import time
 from typing import Any
 
@@ -79,7 +80,13 @@ def test_a_job_killed_at_its_time_limit_still_publishes_its_tail(backend, monkey
     ti, log = run(backend, monkeypatch, capfd, f"results_time_limit_{mode}", time_limit=backend.short_time_limit)
     assert state(ti) == "failed"
     assert "TIMEOUT" in log
-    assert f"output (stdout and stderr), last 1 lines:\n{OUT}" in log
+    # The publication before the limit (in the queue's record: slurmctld refuses the job's update once it
+    # ends) or, deferred, the final one after the TERM (in accounting's copy, which sacctmgr still writes).
+    # Real slurmstepd writes its "CANCELLED ... DUE TO TIME LIMIT" line between the two ("slurmstepd-<node>:
+    # error: ..." on 24.11, "[<time>] error: ..." on 26.05).
+    final = rf"output \(stdout and stderr\), last [23] lines:\n{OUT}\n(.*error: \*\*\* JOB \d+ ON .* DUE TO TIME LIMIT \*\*\*\n)?{DAGS_MODULE.TERM_MARKER}"
+    early = rf"output \(stdout and stderr\), last 1 lines:\n{OUT}"
+    assert re.search(final if mode == "deferred" else early, log), log[-3000:]
     output = ti.xcom_pull(task_ids="train", key="slurm_job")["standard_output"]
     assert DAGS_MODULE.TERM_MARKER in backend.host_path(output).read_text()  # the TERM reached the script
 
@@ -141,19 +148,31 @@ def test_no_result_file_no_xcom(backend, monkeypatch, capfd):
     assert "no result" in log
 
 
-def test_a_record_read_after_the_job_left_the_queue_says_why_nothing_was_read(backend, monkeypatch):
-    """Accounting keeps no comment by default: read too late, the result is absent and the reason given."""
+@pytest.mark.parametrize("copy", [True, False], ids=["accounting-copy", "queue-only"])
+def test_a_record_read_after_the_job_left_the_queue(backend, monkeypatch, copy):
+    """Accounting keeps no job comment by default, but keeps what the job's user writes with sacctmgr: with
+    the wrapper's accounting copy the result outlives the queue's record (``MinJobAge``); without it, read
+    too late, the result is absent and the reason given."""
     hook = backend.connect(monkeypatch)
     comment = "airflow-ti:d/t/r/-1 try:1"
     script = results.wrap_script("#!/bin/sh\necho done\necho '[1, 2]' > \"$SLURMAPI_RETURN_FILE\"\n", comment)
-    job_id = hook.submit(backend.spec(script, comment=comment)).job_id
+    environment = None if copy else {"SLURMAPI_PUBLISH_ACCOUNTING": "0"}
+    job_id = hook.submit(backend.spec(script, comment=comment, environment=environment)).job_id
     ended = backend.wait_for_end(hook, job_id)
     assert ended.source == "slurm" and ended.comment.startswith(comment + " ")  # the tag kept, first
     assert results.read(ended.summary()).result == [1, 2]
     gone = backend.wait_until_left_queue(hook, job_id)
     reading = results.read(gone.summary())
-    assert not reading.has_result
-    assert "AccountingStoreFlags=job_comment" in reading.log[0]
+    if copy:
+        assert (
+            reading.has_result
+            and reading.result == [1, 2]
+            and f"Slurm job {job_id} output (stdout and stderr), last 1 lines:\ndone" in reading.log
+        )
+        assert gone.comment.startswith(comment + " ")  # accounting's copy keeps the tag first too
+    else:
+        assert not reading.has_result
+        assert "AccountingStoreFlags=job_comment" in reading.log[0] and "sacctmgr" in reading.log[0]
 
 
 def test_a_comment_over_the_limit_is_refused_by_slurm(backend, monkeypatch):
@@ -194,10 +213,14 @@ def test_a_job_being_cancelled_can_no_longer_update_its_comment(backend, monkeyp
     assert "Job has already finished" in output and "late-rc=1" in output
 
 
-def test_jobs_that_ended_together_are_read_from_the_queue_each_with_its_own_result(backend, monkeypatch):
-    """The deferred wait of several jobs that ended in one tick: the shared poller reads their records from
-    the whole active queue (one ``GET .../jobs/``, decoding only their records) when accounting lacks their
-    comments, and learns that it does; each job's own result comes back, whatever else is in the queue."""
+@pytest.mark.parametrize("copy", [True, False], ids=["accounting-copy", "queue-only"])
+def test_jobs_that_ended_together_are_read_in_one_tick_each_with_its_own_result(backend, monkeypatch, copy):
+    """The deferred wait of several jobs that ended in one tick. The wrapper's accounting copy (``sacctmgr
+    modify job``, as the job's user: Slurm keeps it with the default ``AccountingStoreFlags``, quotes and all
+    once percent-quoted) comes with the tick's batched accounting read. Without it (``queue-only``: no
+    sacctmgr on the node), the shared poller reads their records from the whole active queue (one ``GET
+    .../jobs/``, decoding only their records), and learns that accounting lacks them. Either way each job's
+    own result comes back, whatever else is in the queue."""
     import asyncio
 
     from airflow_provider_slurmapi.triggers.poller import SharedJobPoller
@@ -208,10 +231,12 @@ def test_jobs_that_ended_together_are_read_from_the_queue_each_with_its_own_resu
     gate = f"ended-together-{time.time_ns()}"  # in the jobs' working directory
     comment = "airflow-ti:d/t/r/-1 try:1"
     script = results.wrap_script(
-        f'#!/bin/sh\nwhile [ ! -e {gate} ]; do sleep 0.1; done\necho "[$SLURM_JOB_ID]" > "$SLURMAPI_RETURN_FILE"\n',
+        f"#!/bin/sh\nwhile [ ! -e {gate} ]; do sleep 0.1; done\n"
+        'printf \'{"job": %s, "q": "it%ss \\\\"%s\\\\" `x`"}\' "$SLURM_JOB_ID" "\'" 100% > "$SLURMAPI_RETURN_FILE"\n',
         comment,
     )
-    ids = [hook.submit(backend.spec(script, comment=comment)).job_id for _ in range(3)]
+    environment = None if copy else {"SLURMAPI_PUBLISH_ACCOUNTING": "0"}
+    ids = [hook.submit(backend.spec(script, comment=comment, environment=environment)).job_id for _ in range(3)]
     deadline = time.monotonic() + 120
     while any(hook.get_job(job_id).state.base != "RUNNING" for job_id in ids):
         assert time.monotonic() < deadline, "the three jobs did not all start"
@@ -233,6 +258,35 @@ def test_jobs_that_ended_together_are_read_from_the_queue_each_with_its_own_resu
 
     records, accounted = asyncio.run(one_tick())
     assert {j: results.read(r.summary()).result if r else None for j, r in records.items()} == {
-        str(j): [j] for j in ids
+        str(j): {"job": j, "q": 'it\'s "100%" `x`'} for j in ids
     }
-    assert accounted is False  # Slurm's default: accounting keeps no comment
+    assert {r.source for r in records.values() if r} == {"slurmdb" if copy else "slurm"}
+    assert accounted is copy  # Slurm's default: accounting keeps no comment but what sacctmgr wrote
+
+
+def test_a_job_writes_its_own_accounting_comment_with_sacctmgr(backend, monkeypatch):
+    """What the wrapper's accounting copy rests on: the job's own (non-admin) user may set the job's
+    accounting comment with ``sacctmgr -i modify job``, Slurm keeps it with the default
+    ``AccountingStoreFlags`` after the job ends, turning quotes into backticks (the wrapper percent-quotes
+    them) and keeping ``%`` and backslashes; a job id accounting does not have is refused."""
+    hook = backend.connect(monkeypatch)
+    script = (
+        "#!/bin/sh\n"
+        "sacctmgr -i modify job where JobId=99999999 set Comment=x; echo unknown-rc=$?\n"
+        'sacctmgr -i modify job where JobId=$SLURM_JOB_ID set Comment="it\'s \\"q\\" 100% a\\\\b" >/dev/null\n'
+        "echo own-rc=$?\n"
+    )
+    job_id = hook.submit(backend.spec(script, standard_output="acct-%j.out")).job_id
+    ended = backend.wait_for_end(hook, job_id)
+    output = backend.host_path(f"{backend.cwd}/acct-{job_id}.out").read_text()
+    assert "unknown-rc=1" in output and "own-rc=0" in output, output
+    assert ended.comment == ""  # the queue's record: the submitted comment (none), not accounting's
+    deadline = time.monotonic() + 60
+    while True:
+        status, body = hook.call_slurm("GET", f"/slurmdb/v0.0.42/job/{job_id}")
+        jobs = body.get("jobs") or [{}]
+        if status == 200 and jobs[0].get("comment", {}).get("job"):
+            break
+        assert time.monotonic() < deadline, f"accounting never had the job's comment: {status} {body}"
+        time.sleep(0.5)
+    assert jobs[0]["comment"]["job"] == "it`s `q` 100% a\\b"

@@ -19,7 +19,7 @@ import pytest
 
 from airflow_provider_slurmapi.api import results
 from airflow_provider_slurmapi.api.errors import SlurmJobSpecError
-from airflow_provider_slurmapi.api.identity import split_comment
+from airflow_provider_slurmapi.api.identity import parse_tag, split_comment, tagged_comment, task_instance_tag
 
 TAG = "airflow-ti:dag/train/manual__2026-01-01/-1 try:1"
 
@@ -42,14 +42,23 @@ for a in "$@"; do
 done
 """
 
+# Records each accounting comment (NUL-terminated) as slurmdbd stores it: sacctmgr turns quotes into
+# backticks (measured on Slurm 24.11: tests/real_slurm/test_scenarios_results.py).
+SACCTMGR = """#!/bin/sh
+[ "$1 $2 $3 $4" = "-i modify job where" ] && [ "$6" = set ] || exit 1
+printf '%s\\n' "$5" >> "$SCONTROL_LOG.acct.ids"
+printf '%s\\0' "${7#Comment=}" | tr '\\042\\047' '\\140\\140' >> "$SCONTROL_LOG.acct"
+"""
+
 
 def run(tmp_path: Path, script: str, *, comment: str = TAG, lines: int = 50, merged: bool = False, env=None):
-    """Run ``script`` wrapped, as a batch job would: ``(exit status, [published comments], stdout, stderr)``."""
+    """Run ``script`` wrapped, as a batch job would: ``(exit status, [published comments], stdout, stderr)``;
+    accounting's copies are in :func:`accounted`."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir(exist_ok=True)
-    scontrol = bin_dir / "scontrol"
-    scontrol.write_text(SCONTROL)
-    scontrol.chmod(0o755)
+    for name, text in (("scontrol", SCONTROL), ("sacctmgr", SACCTMGR)):
+        (bin_dir / name).write_text(text)
+        (bin_dir / name).chmod(0o755)
     log = tmp_path / "scontrol.log"
     wrapper = tmp_path / "wrapper.sh"
     wrapper.write_text(results.wrap_script(script, comment, lines))
@@ -65,6 +74,12 @@ def run(tmp_path: Path, script: str, *, comment: str = TAG, lines: int = 50, mer
         proc = subprocess.run(["/bin/sh", str(wrapper)], stdout=stdout, stderr=stderr, env=environ, timeout=60)
     comments = log.read_bytes().decode().split("\0")[:-1] if log.exists() else []
     return proc.returncode, comments, out.read_text(), "" if merged else err.read_text()
+
+
+def accounted(tmp_path: Path) -> list[str]:
+    """The accounting comments the wrapper wrote (with sacctmgr), as slurmdbd keeps them."""
+    log = tmp_path / "scontrol.log.acct"
+    return log.read_bytes().decode().split("\0")[:-1] if log.exists() else []
 
 
 def published(comment: str) -> results.Published:
@@ -237,3 +252,49 @@ def test_an_array_has_one_result_per_task():
     reading = results.read({"job_id": 7, "tasks": [task(0, "1"), task(1, json.dumps({"a": 2}))]})
     assert reading.has_result and reading.result == {"7_0": 1, "7_1": {"a": 2}}
     assert reading.quote == "7_0: err 0"
+
+
+def test_accountings_copy_survives_sacctmgrs_quotes_and_reads_back_the_same(tmp_path):
+    """sacctmgr turns quotes into backticks: the copy is percent-quoted, and reads back exactly."""
+    comment = TAG + ' it\'s "mine" 100% `x`'
+    script = (
+        "#!/bin/sh\necho \"quote ' and \\\" and 50% and %22\"\necho 'err `x`' >&2\n"
+        'echo \'{"path": "/ckpt/it\'"\'"\'s", "p": "%25"}\' > "$SLURMAPI_RETURN_FILE"\n'
+    )
+    rc, comments, _, _ = run(tmp_path, script, comment=comment)
+    (queued,) = comments
+    (copy,) = accounted(tmp_path)
+    assert rc == 0 and '"' not in copy and "'" not in copy  # nothing for sacctmgr to mangle
+    assert results.split(copy) == results.split(queued) == (comment, results.parse(queued))
+    found = results.parse(copy)
+    assert found is not None and found.result() == {"path": "/ckpt/it's", "p": "%25"}
+    assert found.stdout_tail == "quote ' and \" and 50% and %22" and found.stderr_tail == "err `x`"
+    assert split_comment(copy)[:2] == ("airflow-ti:dag/train/manual__2026-01-01/-1", 1)
+
+
+def test_accountings_copy_names_the_task_instance_whatever_its_run_id(tmp_path):
+    """The job page maps accounting's copy to its task instance as it maps the queue's comment, also for
+    a run id with the characters the copy quotes."""
+    tag = task_instance_tag("dag", "train", 'manual__it\'s_100%_"x"', -1)
+    _, comments, _, _ = run(tmp_path, "#!/bin/sh\necho hi\n", comment=tagged_comment(tag, None, 1))
+    (copy,) = accounted(tmp_path)
+    assert "%25" in copy and "%27" in copy  # quoted, so not the same text as the queue's comment
+    assert parse_tag(copy) == parse_tag(comments[0])
+    ref = parse_tag(copy)
+    assert ref is not None and ref.run_id == 'manual__it\'s_100%_"x"' and ref.task_id == "train"
+
+
+def test_accountings_copy_names_the_job_or_array_task_and_can_be_turned_off(tmp_path):
+    run(tmp_path, "#!/bin/sh\n")
+    run(tmp_path, "#!/bin/sh\n", env={"SLURM_ARRAY_JOB_ID": "4240", "SLURM_ARRAY_TASK_ID": "2"})
+    assert (tmp_path / "scontrol.log.acct.ids").read_text().split() == ["JobId=4242", "JobId=4240_2"]
+    _, comments, _, _ = run(tmp_path, "#!/bin/sh\necho x\n", env={"SLURMAPI_PUBLISH_ACCOUNTING": "0"})
+    assert len(accounted(tmp_path)) == 2 and published(comments[-1]).stdout_tail == "x"
+
+
+def test_an_old_reader_takes_accountings_copy_for_no_publication():
+    """A provider release before the copy existed reads a copy as "nothing published", never as a wrong result."""
+    copy = f"{TAG} {results.MARK}{results.QUOTED}{results.SEP}ok{results.SEP}0{results.SEP}1{results.SEP}{results.SEP}"
+    fields = copy.partition(results.MARK)[2].split(results.SEP)
+    assert fields[0] != ""  # what the earlier split() required of the field after the mark
+    assert results.parse(copy) == results.Published("ok", "1", "", "", merged=False)
