@@ -15,10 +15,14 @@ Modes:
 - ``coalesced``: ``SlurmJobTrigger`` as shipped (one shared poller per connection and interval).
 - ``results`` (``--modes coalesced,results``): ``coalesced`` with ``read_results=True``, as the operator's
   ``publish_results`` (default) runs it, on jobs whose comment carries what the operator's wrapper publishes
-  at a job's exit (a simulated run runs no script, so the comment is set at the submit; the poller reads it
-  only once the job has ended). Accounting keeps no comment (Slurm's default), so the jobs that ended in
-  the queue are read from there (one call; only their records are decoded), and once the poller has seen
-  that, instead of accounting.
+  at a job's exit, and whose accounting comment carries the wrapper's percent-quoted copy (``sacctmgr
+  modify job``, as on nodes that have ``sacctmgr``). A simulated run runs no script, so the comment is set
+  at the submit and the copy written through the emulator's own ``sacctmgr`` before the job ends; the
+  poller reads them only once the job has ended: the tick's batched accounting read carries them.
+- ``results-queue``: the same without the accounting copy (no ``sacctmgr`` on the nodes, or
+  ``SLURMAPI_PUBLISH_ACCOUNTING=0``): accounting keeps no comment (Slurm's default), so the jobs that ended
+  in the queue are read from there (one call; only their records are decoded), and once the poller has
+  seen that, instead of accounting.
 - ``results-silent``: the same with jobs that publish nothing (a job that ran without the wrapper): the
   poller never learns that accounting lacks comments and reads both, accounting and the queue: the worst case.
 - ``baseline``: what the usual provider does (issue #7's definition): each trigger reads the connection,
@@ -76,6 +80,7 @@ def pct(values: list[float], q: float) -> float:
 def serve_emulator() -> None:
     """Child: a simulated-run emulator; prints its connection, answers 'calls' on stdin with counters."""
     from airflow_provider_slurmapi.emulator import SlurmJobApiEmulator
+    from airflow_provider_slurmapi.emulator.scontrol import sacctmgr
 
     with SlurmJobApiEmulator(simulate=True, partitions={"debug": 100_000}, min_job_age=3600) as emu:
         print(json.dumps({"conn": emu.connection_json()}), flush=True)
@@ -104,6 +109,24 @@ def serve_emulator() -> None:
                 threading.Thread(
                     target=release_when_polled, args=(emu, int(args[0]), set(args[1:])), daemon=True
                 ).start()
+                print("{}", flush=True)
+            elif command == "account-copy":
+                # Each job's accounting comment: the wrapper's percent-quoted copy of its comment, written
+                # as a job does, with the emulator's sacctmgr.
+                for job_id in args:
+                    code, _, err = sacctmgr(
+                        emu._cluster,
+                        [
+                            "-i",
+                            "modify",
+                            "job",
+                            "where",
+                            f"JobId={job_id}",
+                            "set",
+                            f"Comment={accounting_copy(emu.job(int(job_id))['comment'])}",
+                        ],
+                    )
+                    assert code == 0, err
                 print("{}", flush=True)
             elif command == "released":
                 print(json.dumps({"at": released_at, "index": released_index}), flush=True)
@@ -172,6 +195,17 @@ def published_comment() -> str:
     return comment
 
 
+def accounting_copy(comment: str) -> str:
+    """What the wrapper writes as the job's accounting comment (api/results.py's wrapper, in Python): the
+    record with ``%``, quotes and backticks percent-quoted, marked :data:`QUOTED`."""
+    from airflow_provider_slurmapi.api.results import MARK, QUOTED, parse
+
+    quoted = re.sub("[%\"'`]", lambda m: f"%{ord(m.group()):02X}", comment)
+    copy = quoted.replace(MARK, MARK + QUOTED, 1)
+    assert parse(copy) == parse(comment)
+    return copy
+
+
 def runtime_of(i: int, n: int, spread: float) -> float:
     return 1.0 + spread * (i + 1) / n
 
@@ -196,7 +230,7 @@ def measure(mode: str, n: int, interval: float, spread: float, probe_hz: float) 
         runtime = runtime_of(i, n, spread)
         script = f"#!/bin/bash\n#EMULATOR runtime={runtime:.3f} hold=1 exit=0\ntrue\n"
         fields = {"current_working_directory": "/bench", "name": f"b{i}"}
-        if mode == "results":
+        if mode in ("results", "results-queue"):
             fields["comment"] = published_comment()
         job_id = hook.submit(JobSpec.build(script, fields)).job_id
         runtimes[job_id] = runtime
@@ -324,6 +358,8 @@ def run_case(
     output: list[str] = []
     reader = threading.Thread(target=lambda: output.extend(child.stdout or ()), daemon=True)
     reader.start()
+    if mode == "results":
+        emu.ask(f"account-copy {' '.join(map(str, hello['job_ids']))}")
     emu.ask(f"release-when-polled {before['calls']} {' '.join(map(str, hello['job_ids']))}")
     window = None
     if slow is not None:
@@ -489,7 +525,7 @@ def main() -> None:
     parser.add_argument(
         "--modes",
         default="coalesced,baseline",
-        help="modes of each N (also: results, coalesced reading published records; results-silent)",
+        help="modes of each N (also: results, coalesced reading published records with their accounting copy; results-queue, without it; results-silent)",
     )
     parser.add_argument("--baseline-max", type=int, default=2000, help="largest N for the baseline")
     parser.add_argument("--slow-token", type=float, default=5.0, help="token endpoint delay in the slow-token run")
@@ -522,7 +558,7 @@ def main() -> None:
             slow = (args.slow_token_at, args.slow_token) if mode == "slow-token" else None
             hz = 100.0 if mode == "slow-token" else args.probe_hz
             rows.append(run_case(emu, mode, n, args.interval, args.spread, slow, hz))
-            print(f"  measured {mode:10} N={n}", file=sys.stderr, flush=True)
+            print(f"  measured {mode:14} N={n}", file=sys.stderr, flush=True)
         imports = None if args.skip_extras else import_cost()
         bare_ms, hook_ms = (0.0, 0.0) if args.skip_extras else round_trip(emu)
     finally:
@@ -533,13 +569,13 @@ def main() -> None:
         "then on, 'all' columns over the whole run\n"
     )
     print(
-        f"{'mode':10} {'N':>5} {'start-up':>8} {'calls/tick':>10} {'calls':>7} {'nominal':>7} {'all calls':>9} "
+        f"{'mode':14} {'N':>5} {'start-up':>8} {'calls/tick':>10} {'calls':>7} {'nominal':>7} {'all calls':>9} "
         f"{'CPU s':>7} {'all CPU':>7} {'RSS MB':>6} {'KB/trig':>7} {'lag p50':>8} {'lag p99':>9} {'det p50':>8} "
         f"{'det p95':>8} {'tokens':>6}"
     )
     for r in rows:
         print(
-            f"{r['mode']:10} {r['n']:>5} {r['startup_s']:>7.1f}s {r['calls_per_tick']:>10.1f} {r['calls_wait']:>7} "
+            f"{r['mode']:14} {r['n']:>5} {r['startup_s']:>7.1f}s {r['calls_per_tick']:>10.1f} {r['calls_wait']:>7} "
             f"{r['nominal_calls']:>7} {r['calls_total']:>9} {r['cpu_wait_s']:>7.2f} {r['cpu_s']:>7.2f} "
             f"{r['rss_peak_kb'] / 1024:>6.0f} {r['rss_per_trigger_kb']:>7.1f} {r['lag_p50_ms']:>6.1f}ms "
             f"{r['lag_p99_ms']:>7.1f}ms {r['detect_p50_s']:>7.2f}s {r['detect_p95_s']:>7.2f}s {r['token_fetches']:>6}"
