@@ -4,14 +4,19 @@ VENV ?= .venv
 AIRFLOW_VERSION ?= 3.3.2
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(AIRFLOW_VERSION)
+# The versions of every dependency this Airflow release was last proven with (`uv pip freeze` of a green CI
+# run): a release made on PyPI after that cannot break a fresh install (cryptography 51 broke Airflow 2.11's
+# Fernet). `make CONSTRAINTS=` installs the newest instead.
+CONSTRAINTS ?= $(wildcard constraints/airflow-$(AIRFLOW_VERSION).txt)
+PIN := $(if $(CONSTRAINTS),-c $(CONSTRAINTS))
 PYTEST_ARGS ?=
 
 .PHONY: install demo test lint typecheck unit docs clean
 
-$(STAMP): pyproject.toml Makefile
+$(STAMP): pyproject.toml Makefile $(CONSTRAINTS)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip uv
-	$(BIN)/uv pip install -q --python $(BIN)/python -e ".[dev]" "apache-airflow==$(AIRFLOW_VERSION)"
+	$(BIN)/uv pip install -q --python $(BIN)/python $(PIN) -e ".[dev]" "apache-airflow==$(AIRFLOW_VERSION)"
 	touch $@
 
 install: $(STAMP)
@@ -28,7 +33,7 @@ typecheck: install
 
 # The user documentation (Sphinx), warnings as errors: docs/_build/html/index.html.
 $(VENV)/.installed-docs: $(STAMP) pyproject.toml
-	$(BIN)/uv pip install -q --python $(BIN)/python -e ".[dev,docs]" "apache-airflow==$(AIRFLOW_VERSION)"
+	$(BIN)/uv pip install -q --python $(BIN)/python $(PIN) -e ".[dev,docs]" "apache-airflow==$(AIRFLOW_VERSION)"
 	touch $@
 
 docs: $(VENV)/.installed-docs

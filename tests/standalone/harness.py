@@ -85,12 +85,14 @@ def wait_for(
         if result:
             return result
         time.sleep(interval)
-    tail = ""
-    if log is not None and log.exists():
-        tail = (
-            "\n--- last lines of " + str(log) + " ---\n" + "\n".join(log.read_text(errors="replace").splitlines()[-60:])
-        )
-    pytest.fail(f"timed out after {timeout:.0f}s waiting for {what} (last error: {last_error!r}){tail}")
+    pytest.fail(f"timed out after {timeout:.0f}s waiting for {what} (last error: {last_error!r}){log_tail(log)}")
+
+
+def log_tail(log: Path | None, lines: int = 60) -> str:
+    """The last ``lines`` of ``log`` for a failure message: CI keeps the output, not the file."""
+    if log is None or not log.exists():
+        return ""
+    return f"\n--- last lines of {log} ---\n" + "\n".join(log.read_text(errors="replace").splitlines()[-lines:])
 
 
 def kill_group(proc: subprocess.Popen[bytes], *, grace: float = 15.0) -> None:
@@ -648,7 +650,7 @@ def run_standalone(
 
         def ready() -> bool:
             if proc.poll() is not None:
-                pytest.fail(f"airflow standalone exited with {proc.returncode}; see {log}")
+                pytest.fail(f"airflow standalone exited with {proc.returncode}; see {log}{log_tail(log)}")
             return healthy(url, components)
 
         wait_for("airflow standalone to be healthy", ready, timeout=READY_TIMEOUT, interval=1, log=log)
