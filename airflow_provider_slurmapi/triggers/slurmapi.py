@@ -327,7 +327,9 @@ def task_instance_state(dag_id: str, task_id: str, run_id: str, map_index: int) 
         states = RuntimeTaskInstance.get_task_states(
             dag_id=dag_id, task_ids=[task_id], run_ids=[run_id], map_index=map_index
         )
-        state = states.get(run_id, {}).get(task_id)
+        # Airflow keys a mapped task instance's state "<task_id>_<map_index>", an unmapped one's "<task_id>".
+        key = task_id if map_index is None or map_index < 0 else f"{task_id}_{map_index}"
+        state = states.get(run_id, {}).get(key)
         return None if state is None else str(getattr(state, "value", state))
     from airflow.models.taskinstance import TaskInstance
     from airflow.utils.session import create_session

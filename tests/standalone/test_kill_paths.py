@@ -33,6 +33,7 @@ from tests.standalone.harness import EmulatorProcess, Standalone, wait_for
 pytestmark = [pytest.mark.standalone, pytest.mark.timeout(600)]
 
 TASK = "train"
+MAPPED = "train_mapped"
 CANCEL_DEADLINE = 60  # "the job reads CANCELLED within seconds": what the tests allow
 
 
@@ -348,30 +349,49 @@ def test_triggerer_restart_leaves_the_job_running_and_the_task_succeeds(standalo
 
 
 def test_a_trigger_that_moves_to_another_triggerer_leaves_the_job_running(standalone: Standalone):
-    """Triggerer HA: the first triggerer stalls, a second one takes its trigger over (the first looks
+    """Triggerer HA: the first triggerer stalls, a second one takes its triggers over (the first looks
     dead once its heartbeat is older than the health-check threshold), then the first wakes up and
-    drops the trigger it no longer owns. Airflow 3.3 drops it as if a user had acted (it calls the
-    trigger's on_kill); the job must still not be cancelled, and the task succeeds on its first try.
+    drops the triggers it no longer owns. Airflow 3.3 drops them as if a user had acted (it calls the
+    trigger's on_kill); the jobs must still not be cancelled, and the tasks succeed on their first try.
+    The DAG has a plain task and a mapped one: a mapped task's state is read by its map index.
 
     Runs last in this module: it leaves a second triggerer running."""
     run = Run(standalone, "kill_trigger_moves")
     job = run.wait_for_running_job()
+
+    def mapped_job() -> SlurmJob | None:
+        jobs = run.emulator.jobs_of(run.dag_id, MAPPED, run.run_id, 0)
+        return jobs[0] if len(jobs) == 1 and jobs[0].state.base == "RUNNING" else None
+
+    mapped = wait_for("the mapped task's job to run", mapped_job, timeout=120, log=run.emulator.log)
     run.wait_for_task("deferred")
     polls = run.wait_for_trigger(job.job_id)
+    mapped_polls = run.wait_for_trigger(mapped.job_id)
     with standalone.triggerer_frozen():
         standalone.start_triggerer(alongside=True)
         # Only the new triggerer can poll while the first is stopped.
         run.wait_for_trigger(job.job_id, more_than=polls + 1, timeout=240)
+        run.wait_for_trigger(mapped.job_id, more_than=mapped_polls + 1, timeout=240)
+
+    mapped_logs = standalone.home / "logs" / f"dag_id={run.dag_id}" / f"run_id={run.run_id}" / f"task_id={MAPPED}"
 
     def dropped_by_the_first() -> bool:
-        return "is left running: its task is still deferred" in standalone.task_log_files(run.dag_id, run.run_id, TASK)
+        left = "is left running: its task is still deferred"
+        mapped_log = "\n".join(p.read_text(errors="replace") for p in sorted(mapped_logs.rglob("attempt=*.log*")))
+        return left in standalone.task_log_files(run.dag_id, run.run_id, TASK) and left in mapped_log
 
-    wait_for("the first triggerer to drop the trigger it lost", dropped_by_the_first, timeout=120, log=standalone.log)
+    wait_for("the first triggerer to drop the triggers it lost", dropped_by_the_first, timeout=120, log=standalone.log)
     assert run.jobs()[0].state.base == "RUNNING"
+    assert run.emulator.jobs_of(run.dag_id, MAPPED, run.run_id, 0)[0].state.base == "RUNNING"
     assert run.emulator.cancel_calls(job.job_id) == []
+    assert run.emulator.cancel_calls(mapped.job_id) == []
     run.release(job.job_id)
+    run.release(mapped.job_id)
     assert run.finish() == "success"
     ti = run.ti()
     assert (ti["state"], ti["try_number"]) == ("success", 1), ti
     assert [(j.job_id, j.state.base) for j in run.jobs()] == [(job.job_id, "COMPLETED")]
+    mapped_jobs = run.emulator.jobs_of(run.dag_id, MAPPED, run.run_id, 0)
+    assert [(j.job_id, j.state.base) for j in mapped_jobs] == [(mapped.job_id, "COMPLETED")]
     assert run.emulator.cancel_calls(job.job_id) == []
+    assert run.emulator.cancel_calls(mapped.job_id) == []

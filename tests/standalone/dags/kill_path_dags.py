@@ -37,16 +37,12 @@ def _dag(dag_id: str, doc: str) -> DAG:
     )
 
 
+# What every task of these DAGs shares.
+COMMON: dict = {"script": SCRIPT, "current_working_directory": WORKDIR, "time_limit": 15, "poll_interval": 1}
+
+
 def _submit(deferrable: bool, **kwargs: object) -> SlurmSubmitJobOperator:
-    return SlurmSubmitJobOperator(
-        task_id="train",
-        script=SCRIPT,
-        current_working_directory=WORKDIR,
-        time_limit=15,
-        deferrable=deferrable,
-        poll_interval=1,
-        **kwargs,  # type: ignore[arg-type]
-    )
+    return SlurmSubmitJobOperator(task_id="train", deferrable=deferrable, **COMMON, **kwargs)  # type: ignore[arg-type]
 
 
 with _dag("kill_worker_sync", "The worker is killed (SIGKILL) mid-wait; the retry reattaches to the job."):
@@ -91,5 +87,7 @@ with _dag(
 ):
     _submit(True, execution_timeout=timedelta(seconds=TIMEOUT_SECONDS))
 
-with _dag("kill_trigger_moves", "The trigger moves to a second triggerer while the first is stalled."):
+with _dag("kill_trigger_moves", "The triggers move to a second triggerer while the first is stalled."):
     _submit(True)
+    # A mapped task's state is asked for by its map index (Airflow keys it "<task_id>_<map_index>").
+    SlurmSubmitJobOperator.partial(task_id="train_mapped", deferrable=True, **COMMON).expand(name=["mapped"])
