@@ -103,12 +103,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         upstream_token=upstream_token if args.upstream else None,
     )
     stopping = threading.Event()
+    releasing = threading.Event()
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
         stopping.set()
 
+    def on_release(signum: int, frame: FrameType | None) -> None:
+        releasing.set()  # the main loop releases: a handler must not wait for the cluster's lock
+
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    # SIGUSR1 starts the clock of every held simulated run (#EMULATOR hold=1), as release_held() does.
+    signal.signal(signal.SIGUSR1, on_release)
     emulator.start()
     try:
         print(f"Slurm Job API emulator listening on {emulator.endpoint}")
@@ -119,8 +125,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"connection: {emulator.connection_json()}")
         print(f"export AIRFLOW_CONN_SLURMAPI_DEFAULT='{emulator.connection_json()}'")
         sys.stdout.flush()
-        while not stopping.wait(0.5):
-            pass
+        while not stopping.wait(0.2):
+            if releasing.is_set():
+                releasing.clear()
+                print(f"released {emulator.release_held()} held simulated runs", flush=True)
     finally:
         emulator.stop()
         print("emulator stopped")

@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import requests
@@ -90,3 +91,48 @@ def test_cli_prints_the_connection_and_stops_on_sigterm(tmp_path: Path) -> None:
         pass
     else:
         raise AssertionError("the emulator still answers after SIGTERM")
+
+
+def test_sigusr1_releases_the_held_simulated_runs(tmp_path: Path) -> None:
+    """``--simulate``: a ``#EMULATOR hold=1`` job stays RUNNING until the process gets SIGUSR1."""
+    from airflow_provider_slurmapi.api.client import SlurmJobApiClient
+    from airflow_provider_slurmapi.api.connection import settings_from_extra
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "airflow_provider_slurmapi.emulator", "--simulate", "--state-dir", str(tmp_path)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        env=dict(os.environ, PYTHONPATH=str(ROOT)),
+    )
+    try:
+        assert proc.stdout is not None
+        lines = [proc.stdout.readline() for _ in range(5)]
+        connection = json.loads(lines[3].split("connection: ", 1)[1])
+        settings = settings_from_extra(connection["extra"])
+        with SlurmJobApiClient(settings.cluster, **settings.client_kwargs()) as client:
+
+            def submit(name: str, script: str) -> int:
+                job = {"name": name, "current_working_directory": "/w", "environment": ["A=1"]}
+                status, body = client.call_slurm("POST", f"/slurm/{V}/job/submit", {"job": job, "script": script})
+                assert status == 200, body
+                return int(body["job_id"])
+
+            def ended(job_id: int) -> str:
+                deadline = time.monotonic() + 30
+                while (state := client.get_job(job_id).state).base in ("PENDING", "RUNNING"):
+                    assert time.monotonic() < deadline, f"job {job_id} still {state.base}"
+                    time.sleep(0.05)
+                return state.base
+
+            held = submit("held", "#!/bin/bash\n#EMULATOR runtime=0 hold=1\n")
+            other = submit("other", "#!/bin/bash\n#EMULATOR runtime=0\n")
+            assert ended(other) == "COMPLETED"
+            assert client.get_job(held).state.base == "RUNNING"  # submitted first, still held
+            proc.send_signal(signal.SIGUSR1)
+            assert proc.stdout.readline().strip() == "released 1 held simulated runs"
+            assert ended(held) == "COMPLETED"
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=20)
+    assert proc.returncode == 0
