@@ -42,6 +42,7 @@ install_deps() {
     command -v redis-server >/dev/null || missing+=(redis-server)
     if [ ${#missing[@]} -gt 0 ]; then
         log "installing ${missing[*]} (Debian)"
+        apt-get update -qq
         DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${missing[@]}" >/dev/null
     fi
     if ! "$PY" -c "import airflow.providers.celery, psycopg, psycopg2, asyncpg, redis" 2>/dev/null; then
