@@ -14,7 +14,6 @@ import re
 import shutil
 import signal
 import subprocess
-import time
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -25,7 +24,7 @@ import psutil
 import requests
 
 from airflow_provider_slurmapi.api.identity import TaskIdentity, name_identity
-from tests.standalone.harness import ARTIFACTS, ROOT, EmulatorProcess, log_tail, wait_for
+from tests.standalone.harness import ARTIFACTS, ROOT, EmulatorProcess, wait_for
 
 DEPLOY = ROOT / "tests" / "deployment" / "deploy.sh"
 DAGS = ROOT / "tests" / "deployment" / "dags"
@@ -348,4 +347,4 @@ def describe(tasks: TaskJobs) -> str:
     return json.dumps(odd)[:2000]
 
 
-__all__ = ["Deployment", "TaskJobs", "describe", "log_tail", "run_deployment", "time"]
+__all__ = ["Deployment", "TaskJobs", "describe", "run_deployment"]
