@@ -46,7 +46,6 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 DAG_ID = "bench_waiting_at_scale"
-_CALL = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) (GET|POST|DELETE) (\S+) -> (\d+)")
 _BLOCKED = re.compile(r"async thread was blocked for ([0-9.]+) seconds")
 _SLOW_CALLBACK = re.compile(r"Executing (.*?) took ([0-9.]+) seconds")
 
@@ -285,17 +284,6 @@ def ti_states(db: Path, run_id: str) -> dict[str, str]:
     return {task: str(state) for task, state in rows}
 
 
-def calls_between(log: Path, start: float, end: float) -> list[tuple[float, str]]:
-    calls = []
-    for line in log.read_text(errors="replace").splitlines():
-        match = _CALL.match(line)
-        if match:
-            at = datetime.strptime(match.group(1), "%Y-%m-%d %H:%M:%S,%f").timestamp()
-            if start <= at <= end and "/job/submit" not in match.group(3):
-                calls.append((at, match.group(3)))
-    return calls
-
-
 def main(n: int = 500, interval: float = 5.0, spread: float = 120.0, asyncio_debug: bool = False) -> None:
     from airflow_provider_slurmapi.api.spec import JobSpec
     from tests.standalone.harness import airflow_major, run_emulator, run_standalone, wait_for
@@ -372,7 +360,7 @@ def main(n: int = 500, interval: float = 5.0, spread: float = 120.0, asyncio_deb
             time.sleep(0.25)
         end = time.time()
         cpu1, _ = usage(procs)
-        calls = calls_between(emulator.log, start, end)
+        calls = [(at, path) for at, _, path in emulator.calls(start, end) if "/job/submit" not in path]
         runner_pid = next(p.pid for p in procs if not p.children())
         gc = gc_passes(trace, runner_pid)
         loop.stop()

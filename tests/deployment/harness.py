@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import re
 import shutil
 import signal
 import subprocess
@@ -42,7 +41,6 @@ with DAG({dag_id!r}, schedule=None, start_date=pendulum.datetime(2026, 1, 1, tz=
         )
 """
 LOGS = ARTIFACTS / "deployment"
-_CALL = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) (GET|POST|DELETE) (\S+) -> (\d+)")
 
 
 @dataclass
@@ -291,17 +289,7 @@ class Deployment:
 
     def calls(self, start: float, end: float) -> list[tuple[float, str, str]]:
         """``(time, method, path)`` of every call the emulator logged between ``start`` and ``end`` (epoch)."""
-        from datetime import datetime
-
-        out = []
-        for line in self.emulator.log.read_text(errors="replace").splitlines():
-            match = _CALL.match(line)
-            if match is None:
-                continue
-            when = datetime.strptime(match.group(1), "%Y-%m-%d %H:%M:%S,%f").timestamp()
-            if start <= when <= end:
-                out.append((when, match.group(2), match.group(3)))
-        return out
+        return self.emulator.calls(start, end)
 
     def cancels(self) -> list[str]:
         return [line for line in self.emulator.log.read_text(errors="replace").splitlines() if "DELETE /slurm/" in line]

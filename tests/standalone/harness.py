@@ -29,6 +29,7 @@ import importlib.util
 import itertools
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -38,6 +39,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -153,6 +155,9 @@ def kill_strays(sid: int) -> None:
 
 # -- the emulator, as its own process ---------------------------------------------------------------
 
+# A call as the emulator logs it: ``<local time> <METHOD> <path> -> <status>``.
+_CALL = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) (GET|POST|DELETE) (\S+) -> (\d+)")
+
 
 @dataclass
 class EmulatorProcess:
@@ -194,6 +199,18 @@ class EmulatorProcess:
     def host_path(self, cluster_path: str) -> Path:
         """Where the cluster-side absolute path ``cluster_path`` lives on this machine (the jobs' files)."""
         return self.state_dir / "fs" / cluster_path.lstrip("/")
+
+    def calls(self, start: float, end: float) -> list[tuple[float, str, str]]:
+        """``(time, method, path)`` of every call the emulator logged between ``start`` and ``end`` (epoch)."""
+        found = []
+        for line in self.log.read_text(errors="replace").splitlines() if self.log.exists() else []:
+            match = _CALL.match(line)
+            if match is None:
+                continue
+            when = datetime.strptime(match.group(1), "%Y-%m-%d %H:%M:%S,%f").timestamp()
+            if start <= when <= end:
+                found.append((when, match.group(2), match.group(3)))
+        return found
 
     def cancel_calls(self, job_id: int) -> list[str]:
         """The emulator's log lines of every cancel (``DELETE .../job/<id>``) it was sent for ``job_id``."""
