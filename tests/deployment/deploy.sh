@@ -12,6 +12,7 @@
 # Settings (environment): DEPLOY_STATE (where everything lives, default /var/tmp/slurmapi-deployment),
 # DEPLOY_CONNECTION (the slurmapi_default connection as JSON; default: start the emulator, simulated runs),
 # DEPLOY_TRIGGERERS (1 or 2, default 2), DEPLOY_WORKER_CONCURRENCY (task slots per worker, default 8),
+# DEPLOY_TRIGGERER_CAPACITY (triggers one triggerer runs at most, Airflow's default 1000),
 # DEPLOY_DAGS (the DAGs folder), the DEPLOY_*_PORT below.
 #
 # To deploy the same way for real, keep the shape and replace: trust auth and fixed ports (test-only),
@@ -82,6 +83,7 @@ AIRFLOW__API__SECRET_KEY=$secret
 AIRFLOW__API_AUTH__JWT_SECRET=$jwt
 AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC=1
 AIRFLOW__TRIGGERER__TRIGGERER_HEALTH_CHECK_THRESHOLD=15
+AIRFLOW__TRIGGERER__CAPACITY=${DEPLOY_TRIGGERER_CAPACITY:-1000}
 AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL=5
 AIRFLOW__LOGGING__BASE_LOG_FOLDER=$STATE/airflow/logs
 AIRFLOW__CORE__HOSTNAME_CALLABLE=deploy_hostname.hostname
