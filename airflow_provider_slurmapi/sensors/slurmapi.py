@@ -62,7 +62,11 @@ class SlurmJobSensor(BaseSensorOperator):
         at that point. ``False`` always defers from the worker (first check there, link stored at once).
         Mapped sensors (``.expand()``) always defer from the worker, and so does a ``job_id`` that calls
         ``ti.xcom_pull(...)`` without ``map_indexes``: Airflow's triggerer cannot answer that call (write
-        ``ti.xcom_pull(task_ids='submit', map_indexes=-1)`` to start from the triggerer).
+        ``ti.xcom_pull(task_ids='submit', map_indexes=-1)`` to start from the triggerer). Measured in a
+        Celery deployment (200 sensors of one DAG): starting in the triggerer is 5x faster and takes no
+        worker slot, but Airflow 3.3 gives each such trigger its own copy of the DAG, about 2 MB of
+        triggerer memory per waiting sensor in a 200-task DAG against 0.6 MB from a worker; set ``False``
+        for many hundreds of sensors of large DAGs on a triggerer short of memory.
     :param slurmapi_conn_id: the ``slurmapi`` connection (default ``slurmapi_default``).
 
     ``mode`` (poke / reschedule), ``poke_interval``, ``timeout`` and ``soft_fail`` work as on every
