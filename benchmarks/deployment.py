@@ -38,7 +38,6 @@ import argparse
 import contextlib
 import math
 import os
-import re
 import sys
 import time
 from collections.abc import Iterator
@@ -106,12 +105,11 @@ def all_held(dep: Any, n: int, timeout: float) -> dict[str | None, int]:
     return dict(wait_for(f"{n} triggers held by the triggerers", held, timeout=timeout, interval=0.5))
 
 
-_POLLED_ID = re.compile(r"(?:job_id=|/job/|step=)(\d+)")
-
-
 def all_polling(dep: Any, job_ids: list[int], since: float, timeout: float) -> float:
     """Until every job of ``job_ids`` has been asked about by a call logged after ``since`` (epoch): every
     trigger runs and polls (a trigger held by a triggerer in the database may not run yet). When."""
+    from waiting_at_scale import POLLED_ID
+
     from tests.standalone.harness import wait_for
 
     waiting = {str(job_id) for job_id in job_ids}
@@ -120,8 +118,8 @@ def all_polling(dep: Any, job_ids: list[int], since: float, timeout: float) -> f
     def polled() -> float | None:
         nonlocal seen
         now = time.time()
-        for at, _, path in dep.calls(seen, now + 60):
-            waiting.difference_update(_POLLED_ID.findall(path))
+        for at, _, path in dep.emulator.calls(seen, now + 60):
+            waiting.difference_update(POLLED_ID.findall(path))
             seen = max(seen, at)
         return time.time() if not waiting else None
 
@@ -158,7 +156,7 @@ def measure_waiting(triggerers: int, n: int, dag_size: int, ticks: int) -> dict[
         cpu_used = cpu(dep, names) - cpu_before
         pss_waiting = pss(dep, names)
         elapsed_ticks = (window_end - window_start) / INTERVAL
-        calls = [path for _, _, path in dep.calls(window_start, window_end) if "submit" not in path]
+        calls = [path for _, _, path in dep.emulator.calls(window_start, window_end) if "submit" not in path]
         still = dep.triggers_by_triggerer()
         assert sum(still.values()) == n, f"triggers ended during the window: {still}"
         return {

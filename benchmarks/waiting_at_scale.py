@@ -136,7 +136,8 @@ def serve_emulator() -> None:
 
 released_at: float | None = None
 released_index = 0
-_POLLED_ID = re.compile(r"(?:job_id=|/job/|step=)(\d+)")
+# The job ids a call asks about (the batched state read, one job's read, accounting's steps).
+POLLED_ID = re.compile(r"(?:job_id=|/job/|step=)(\d+)")
 
 
 def release_when_polled(emu: Any, start: int, waiting: set[str]) -> None:
@@ -146,7 +147,7 @@ def release_when_polled(emu: Any, start: int, waiting: set[str]) -> None:
     while waiting:
         calls = emu.calls
         for call in calls[seen:]:
-            waiting.difference_update(_POLLED_ID.findall(call.path))
+            waiting.difference_update(POLLED_ID.findall(call.path))
         seen = len(calls)
         time.sleep(0.2)
     released_index = len(emu.calls)

@@ -287,10 +287,6 @@ class Deployment:
         """Start the clock of every held job (the emulator's SIGUSR1): each ends 5 s later."""
         os.kill(self.emulator.proc.pid, signal.SIGUSR1)
 
-    def calls(self, start: float, end: float) -> list[tuple[float, str, str]]:
-        """``(time, method, path)`` of every call the emulator logged between ``start`` and ``end`` (epoch)."""
-        return self.emulator.calls(start, end)
-
     def cancels(self) -> list[str]:
         return [line for line in self.emulator.log.read_text(errors="replace").splitlines() if "DELETE /slurm/" in line]
 
