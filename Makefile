@@ -10,8 +10,16 @@ STAMP := $(VENV)/.installed-$(AIRFLOW_VERSION)
 CONSTRAINTS ?= $(wildcard constraints/airflow-$(AIRFLOW_VERSION).txt)
 PIN := $(if $(CONSTRAINTS),-c $(CONSTRAINTS))
 PYTEST_ARGS ?=
+# `make test` runs the suites in two parts, each spread over TEST_WORKERS pytest-xdist processes (most tests
+# wait on jobs, poll intervals and MinJobAge, not on the CPU): first what needs no real Slurm, which fails
+# fast; then real Slurm and the `airflow standalone` suites. Each part can run alone: `make test-fast`,
+# `make test-slurm`. TEST_WORKERS=0 runs a part in one process.
+TEST_WORKERS ?= 4
+FAST_TESTS ?= tests/unit tests/emulator tests/integration
+SLURM_TESTS ?= tests/real_slurm tests/standalone tests/deployment
+XDIST = $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist $(1))
 
-.PHONY: install demo test lint typecheck unit docs clean
+.PHONY: install demo test test-fast test-slurm lint typecheck unit docs clean
 
 $(STAMP): pyproject.toml Makefile $(CONSTRAINTS)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -39,8 +47,20 @@ $(VENV)/.installed-docs: $(STAMP) pyproject.toml
 docs: $(VENV)/.installed-docs
 	$(BIN)/sphinx-build -E -W --keep-going -q -b html docs docs/_build/html
 
+# What needs no real Slurm (unit, emulator, integration: ~5 min with 4 workers); a module's tests share a
+# worker, so its module fixtures start once.
+test-fast: install
+	$(BIN)/pytest $(call XDIST,loadfile) $(FAST_TESTS) $(PYTEST_ARGS)
+
+# Real Slurm (tests/real_slurm, ~17 min: all on one worker, in order, since they share one cluster) beside
+# the standalone suites (one worker per file, each file its own `airflow standalone`); tests/conftest.py
+# groups them.
+test-slurm: install
+	$(BIN)/pytest $(call XDIST,loadgroup) $(SLURM_TESTS) $(PYTEST_ARGS)
+
 test: lint typecheck
-	$(BIN)/pytest $(PYTEST_ARGS)
+	$(MAKE) --no-print-directory test-fast
+	$(MAKE) --no-print-directory test-slurm
 
 clean:
 	rm -rf $(VENV) .airflow-test .mypy_cache .ruff_cache docs/_build

@@ -37,3 +37,28 @@ def airflow_db() -> str:
         subprocess.run([str(airflow), "db", "migrate"], check=True, capture_output=True)
         marker.touch()
     return _HOME
+
+
+# Under pytest-xdist (`make test`, `--dist loadgroup`), the tests that share something costly or exclusive
+# run on one worker, in order: each real Slurm release's tests share one cluster (and some of them stop its
+# slurmdbd), each standalone file starts its own `airflow standalone` in a session fixture, and the
+# deployment suite owns its fixed ports. Everything else is spread freely.
+_SUITES = ROOT / "tests"
+
+
+def _xdist_group(item: pytest.Item) -> str | None:
+    path = Path(str(item.fspath)).resolve()
+    if _SUITES / "real_slurm" in path.parents:
+        return "real-slurm"
+    if _SUITES / "standalone" in path.parents:
+        return f"standalone:{path.stem}"
+    if _SUITES / "deployment" in path.parents:
+        return "deployment"
+    return None
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        group = _xdist_group(item)
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))

@@ -4,6 +4,7 @@
 # two Celery workers and two triggerers; the cluster is the provider's emulator (simulated runs).
 #
 #   bash tests/deployment/deploy.sh up      # installs what it needs, starts everything, writes $STATE/env
+#   bash tests/deployment/deploy.sh install # only installs what it needs (Debian's packages, the Celery provider)
 #   bash tests/deployment/deploy.sh status  # which processes run
 #   bash tests/deployment/deploy.sh kill NAME [SIGNAL]   # e.g. kill triggerer-1 KILL
 #   bash tests/deployment/deploy.sh start NAME           # (re)start one process
@@ -188,9 +189,10 @@ down() {
 
 case ${1:-} in
     up) up ;;
+    install) install_deps ;;
     down) down ;;
     status) status ;;
     start) start_one "$2" ;;
     kill) kill "-${3:-TERM}" -- "-$(cat "$STATE/pids/$2")" ;;
-    *) echo "usage: $0 up|down|status|start NAME|kill NAME [SIGNAL]" >&2; exit 2 ;;
+    *) echo "usage: $0 up|install|down|status|start NAME|kill NAME [SIGNAL]" >&2; exit 2 ;;
 esac

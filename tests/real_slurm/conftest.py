@@ -9,17 +9,25 @@ daemons at the end of the session. Environment switches:
 - ``SLURMAPI_KEEP_REAL_SLURM=1``: leave the daemons running after the session (fast re-runs).
 - ``SLURMAPI_REAL_SLURM_RECORD_DIR``: where replies are saved (default ``.real-slurm/recorded``).
 
+One test session at a time uses a cluster: the fixture holds ``tests.lock`` beside its ``slurm.env`` (some
+tests stop slurmdbd, and the session cancels what its user left running at the end), and a second session,
+e.g. the Airflow 2.11 suite that CI runs beside the Airflow 3 one, waits for it up to
+``SLURMAPI_REAL_SLURM_LOCK_WAIT`` seconds (default 240) and then fails saying so.
+
 A machine that cannot run Slurm (not root, no mounts, no Debian archive) makes the fixture fail,
 not skip: a silently skipped real-Slurm suite looks exactly like a passing one.
 """
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import IO
 
 import pytest
 from backends import BACKENDS, Backend, emulator_backend, real_backend
@@ -92,9 +100,35 @@ def _start_cluster() -> Path:
     return STATE_DIR / "slurm.env"
 
 
+def _hold_cluster(state_dir: Path) -> IO[str]:
+    """This session's exclusive hold on the cluster whose state is in ``state_dir`` (released when closed)."""
+    state_dir.mkdir(parents=True, exist_ok=True)
+    lock = (state_dir / "tests.lock").open("w")
+    wait = float(os.environ.get("SLURMAPI_REAL_SLURM_LOCK_WAIT", "240"))
+    deadline = time.monotonic() + wait
+    while True:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return lock
+        except BlockingIOError:
+            if time.monotonic() > deadline:
+                lock.close()
+                pytest.fail(
+                    f"another test session still holds the real Slurm cluster of {state_dir} after {wait:.0f} s "
+                    f"({state_dir / 'tests.lock'}); let it finish, or raise SLURMAPI_REAL_SLURM_LOCK_WAIT",
+                    pytrace=False,
+                )
+            time.sleep(0.5)
+
+
 @pytest.fixture(scope="session")
 def real_slurm() -> Iterator[RealSlurm]:
     external = os.environ.get("SLURMAPI_REAL_SLURM_ENV")
+    with _hold_cluster(Path(external).parent if external else STATE_DIR):
+        yield from _real_slurm(external)
+
+
+def _real_slurm(external: str | None) -> Iterator[RealSlurm]:
     env_file = Path(external) if external else _start_cluster()
     if not env_file.is_file():
         pytest.fail(f"no env file at {env_file}", pytrace=False)

@@ -18,7 +18,7 @@ Users: ``admin``/``ADMIN_PASSWORD`` (role ADMIN on Airflow 3's simple auth manag
 and on Airflow 3 ``nobody``/``NOBODY_PASSWORD``, a user without any role (so without DAG access).
 
 Readiness is polled on the health endpoints with a deadline; teardown kills both process groups.
-Logs end up in ``artifacts/standalone/``.
+Logs end up in ``artifacts/standalone/airflow-<version>[-<xdist worker>]/``.
 """
 
 from __future__ import annotations
@@ -53,7 +53,18 @@ if TYPE_CHECKING:
 ROOT = Path(__file__).resolve().parents[2]
 SUITE_DAGS = Path(__file__).resolve().parent / "dags"
 ARTIFACTS = ROOT / "artifacts"
-LOGS = ARTIFACTS / "standalone"
+
+
+def _session_folder() -> str:
+    """This test process's own folder of logs: suites of two Airflow versions, or several pytest-xdist
+    workers, run side by side, and each reads its own emulator's log back (``EmulatorProcess.calls``)."""
+    from importlib.metadata import version
+
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    return f"airflow-{version('apache-airflow')}" + (f"-{worker}" if worker else "")
+
+
+LOGS = ARTIFACTS / "standalone" / _session_folder()
 BIN = Path(sys.executable).parent
 ADMIN_USER, ADMIN_PASSWORD = "admin", "slurmapi-admin-pw"
 NOBODY_USER, NOBODY_PASSWORD = "nobody", "slurmapi-nobody-pw"
