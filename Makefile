@@ -17,7 +17,7 @@ PYTEST_ARGS ?=
 TEST_WORKERS ?= 4
 FAST_TESTS ?= tests/unit tests/emulator tests/integration
 SLURM_TESTS ?= tests/real_slurm tests/standalone tests/deployment
-XDIST = $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist $(1))
+XDIST = $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS))
 
 .PHONY: install demo test test-fast test-slurm lint typecheck unit docs clean
 
@@ -47,16 +47,16 @@ $(VENV)/.installed-docs: $(STAMP) pyproject.toml
 docs: $(VENV)/.installed-docs
 	$(BIN)/sphinx-build -E -W --keep-going -q -b html docs docs/_build/html
 
-# What needs no real Slurm (unit, emulator, integration: ~5 min with 4 workers); a module's tests share a
-# worker, so its module fixtures start once.
+# What needs no real Slurm (unit, emulator, integration: ~5 min with 4 workers). Which tests share a worker:
+# tests/conftest.py (xdist_scope).
 test-fast: install
-	$(BIN)/pytest $(call XDIST,loadfile) $(FAST_TESTS) $(PYTEST_ARGS)
+	$(BIN)/pytest $(XDIST) $(FAST_TESTS) $(PYTEST_ARGS)
 
 # Real Slurm (tests/real_slurm, ~17 min: all on one worker, in order, since they share one cluster) beside
-# the standalone suites (one worker per file, each file its own `airflow standalone`); tests/conftest.py
+# the standalone suites (~7 min, on another worker, one `airflow standalone` at a time); tests/conftest.py
 # groups them.
 test-slurm: install
-	$(BIN)/pytest $(call XDIST,loadgroup) $(SLURM_TESTS) $(PYTEST_ARGS)
+	$(BIN)/pytest $(XDIST) $(SLURM_TESTS) $(PYTEST_ARGS)
 
 test: lint typecheck
 	$(MAKE) --no-print-directory test-fast

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -39,26 +41,33 @@ def airflow_db() -> str:
     return _HOME
 
 
-# Under pytest-xdist (`make test`, `--dist loadgroup`), the tests that share something costly or exclusive
-# run on one worker, in order: each real Slurm release's tests share one cluster (and some of them stop its
-# slurmdbd), each standalone file starts its own `airflow standalone` in a session fixture, and the
-# deployment suite owns its fixed ports. Everything else is spread freely.
-_SUITES = ROOT / "tests"
+# Under pytest-xdist (`make test`: `-n 4`), the tests of one module run on one worker (its module fixtures
+# start once), and the tests that share something costly or exclusive run on one worker, in order: the real
+# Slurm tests share one cluster (and some of them stop its slurmdbd); the standalone files each start
+# `airflow standalone` (scheduler, triggerer, api-server, dag-processor), which on a 2-core machine start in
+# time only one at a time; the deployment suite owns its fixed ports. (By node id, in xdist's scheduler:
+# pytest 9 ignores the node id suffix that xdist's own `--dist loadgroup` relies on.)
+_SHARED_SCOPES = {
+    "tests/real_slurm/": "real-slurm",
+    "tests/standalone/": "standalone",
+    "tests/deployment/": "deployment",
+}
 
 
-def _xdist_group(item: pytest.Item) -> str | None:
-    path = Path(str(item.fspath)).resolve()
-    if _SUITES / "real_slurm" in path.parents:
-        return "real-slurm"
-    if _SUITES / "standalone" in path.parents:
-        return f"standalone:{path.stem}"
-    if _SUITES / "deployment" in path.parents:
-        return "deployment"
-    return None
+def xdist_scope(nodeid: str) -> str:
+    """The unit of work a test belongs to under pytest-xdist: what it shares, else its module."""
+    for prefix, scope in _SHARED_SCOPES.items():
+        if nodeid.startswith(prefix):
+            return scope
+    return nodeid.split("::", 1)[0]
 
 
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    for item in items:
-        group = _xdist_group(item)
-        if group is not None:
-            item.add_marker(pytest.mark.xdist_group(group))
+if importlib.util.find_spec("xdist") is not None:
+    from xdist.scheduler import LoadScopeScheduling
+
+    class _SharedScopeScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return xdist_scope(nodeid)
+
+    def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> LoadScopeScheduling:
+        return _SharedScopeScheduling(config, log)

@@ -70,11 +70,14 @@ def test_shared_poller_makes_one_batched_call_per_tick(hook, slurmapi_emulator):
     assert {e["status"] for e in events} == {"success"}
     calls = slurmapi_emulator.calls[start:]
     batched = [c for c in calls if "/jobs/state/" in c[1]]
-    per_job = [c for c in calls if "/job/" in c[1] and "/jobs/" not in c[1]]
+    accounting = [c for c in calls if c[1].startswith("/slurmdb/") and "/jobs/?" in c[1]]
     assert batched, "the poller did not use the batched path"
-    # No per-job call at all: the final records come from the tick's one batched accounting call.
-    assert per_job == []
-    assert len(calls) < len(ids)
+    # No per-job call at all: each tick reads the states of every waiting job in one call, and the final
+    # records of the jobs that ended in one batched accounting call. (How many ticks that takes depends on
+    # how fast the machine runs the jobs, so the count of calls is bounded per tick, not in total.)
+    assert [c[1] for c in calls if c not in batched and c not in accounting] == []
+    assert len(accounting) <= len(batched)
+    assert max(c[1].count("job_id=") for c in batched) >= len(ids) // 2, "one call reads many jobs"
     assert SharedJobPoller.active() == []
 
 
@@ -84,7 +87,9 @@ def test_a_cancelled_trigger_leaves_the_poller_cleanly(hook):
 
     async def scenario():
         waiting = asyncio.ensure_future(first_event(SlurmJobTrigger(long, poll_interval=0.2)))
-        await asyncio.sleep(0.5)
+        deadline = time.monotonic() + 30
+        while not SharedJobPoller.active() and time.monotonic() < deadline:  # the trigger joins the poller
+            await asyncio.sleep(0.05)
         assert len(SharedJobPoller.active()) == 1
         done = await first_event(SlurmJobTrigger(short, poll_interval=0.2))
         waiting.cancel()

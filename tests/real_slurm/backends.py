@@ -41,6 +41,7 @@ class Backend:
     partition: str
     user: str  # the Slurm user the connection's jobs run as
     other_user: str  # a second Slurm user on the same cluster
+    other_cwd: str  # a folder other_user's jobs may write their output to (not ``cwd``: not theirs)
     other_connection: dict[str, Any]  # a connection that acts as other_user
     set_slurmdbd: Callable[[bool], None]  # True: up, False: down (and back before returning)
     purge_bound: float  # seconds after its end by which a job has surely left the active queue
@@ -64,6 +65,11 @@ class Backend:
 
     def spec(self, script: str, **job: Any) -> JobSpec:
         return JobSpec.build(script, self.fields(**job))
+
+    def other_spec(self, script: str, **job: Any) -> JobSpec:
+        """A job for ``other_hook``: in other_user's own folder (a job that cannot open its output fails at
+        once on real Slurm, and a scenario that expects it to keep running would then race its start)."""
+        return JobSpec.build(script, self.fields(**{"current_working_directory": self.other_cwd, **job}))
 
     def wait_until_left_queue(self, hook: SlurmJobApiHook, job_id: int, timeout: float | None = None) -> SlurmJob:
         """Wait until the ended job is known to accounting only (``/slurm`` forgot it); return that record."""
@@ -111,6 +117,7 @@ def emulator_backend(tmp_path_factory: pytest.TempPathFactory) -> tuple[Backend,
         partition=emu.default_partition,
         user=user,
         other_user=OTHER_ACCOUNT.split("@")[0],
+        other_cwd="/home/tester",
         other_connection=other,
         set_slurmdbd=set_slurmdbd,
         purge_bound=emu.min_job_age + 2,
@@ -151,6 +158,7 @@ def real_backend(real_slurm: Any, tmp_path_factory: pytest.TempPathFactory) -> t
         partition=real_slurm.partition,
         user=real_slurm.user,
         other_user=other_user,
+        other_cwd=f"/home/{other_user}",  # ctl.sh add-user makes it (useradd -m)
         other_connection=other,
         set_slurmdbd=set_slurmdbd,
         # slurmctld purges every max(10, MinJobAge) s, or every 60 s; a sweep is skipped while backfill runs

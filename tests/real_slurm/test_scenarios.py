@@ -102,7 +102,7 @@ def test_replies_name_slurmrestds_peer_not_the_caller(backend, hook):
 
 def test_another_users_job_is_listed_as_theirs_and_cannot_be_cancelled_by_us(backend, hook, monkeypatch):
     other = backend.other_hook(monkeypatch)
-    job_id = other.submit(backend.spec(SLEEP, name=unique("fact6"))).job_id
+    job_id = other.submit(backend.other_spec(SLEEP, name=unique("fact6"))).job_id
     listed = {j.job_id: j for j in hook.list_jobs()}
     assert listed[job_id].user == backend.other_user
     with pytest.raises(SlurmJobApiError, match="2002"):  # v0.0.42+: 200 with status[] "Access/permission denied"
@@ -187,7 +187,7 @@ def test_another_users_job_under_the_tasks_name_is_neither_reattached_nor_cancel
     run_id = unique("owner")
     mine = submit_task(backend, hook, task(run_id, 1), SLEEP)
     # Another user copies the task's name, and the name of the run before a clear.
-    copy = other.submit(backend.spec(SLEEP, name=task(run_id, 1).job_name("scenario.train"))).job_id
+    copy = other.submit(backend.other_spec(SLEEP, name=task(run_id, 1).job_name("scenario.train"))).job_id
     again = submit_task(backend, hook, task(run_id, 2))
     assert again.reattached and again.job_id == mine.job_id
     cleared = submit_task(backend, hook, task(run_id, 3, run_start=3), SLEEP)
@@ -201,7 +201,7 @@ def test_another_users_earlier_job_under_the_tasks_name_is_not_reattached_when_t
     hook = backend.connect(monkeypatch, conn_id="slurmapi_scenario_owner", slurm_user=backend.user)
     other = backend.other_hook(monkeypatch)
     run_id = unique("forged")
-    forged = other.submit(backend.spec(SLEEP, name=task(run_id, 1).job_name("scenario.train"))).job_id
+    forged = other.submit(backend.other_spec(SLEEP, name=task(run_id, 1).job_name("scenario.train"))).job_id
     outcome = submit_task(backend, hook, task(run_id, 2), SLEEP)
     assert not outcome.reattached and outcome.job_id != forged
     assert not other.get_job(forged).state.is_terminal
