@@ -69,5 +69,6 @@ if importlib.util.find_spec("xdist") is not None:
         def _split_scope(self, nodeid: str) -> str:
             return xdist_scope(nodeid)
 
+    @pytest.hookimpl(optionalhook=True)  # a hook of xdist's, unknown with `-p no:xdist`
     def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> LoadScopeScheduling:
         return _SharedScopeScheduling(config, log)
