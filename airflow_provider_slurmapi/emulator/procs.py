@@ -115,6 +115,11 @@ def job_environment(
             "SLURM_EMULATOR_ROOT": str(fs_root),
         }
     )
+    # The simulated node's own temporary folder: two emulators on one machine are two clusters, whose jobs
+    # number from 1 alike, so they must not share /tmp (the result wrapper names its files by job id).
+    tmp = fs_root / "tmp"
+    tmp.mkdir(parents=True, exist_ok=True)
+    env.setdefault("TMPDIR", str(tmp))
     if req.time_limit is not None:
         env["SLURM_JOB_END_TIME"] = str(job.start_time + int(req.time_limit * minute_seconds))
     if req.tasks_per_node:

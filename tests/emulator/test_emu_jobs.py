@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -41,6 +42,19 @@ def test_job_runs_in_its_directory_with_only_its_environment(api: Api, emu: Slur
     info = body["jobs"][0]
     assert (status, info["job_state"], info["standard_output"]) == (200, ["COMPLETED"], job["standard_output"])
     assert info["nodes"] == "node1" and info["exit_code"]["return_code"]["number"] == 0
+
+
+def test_a_jobs_temporary_folder_is_its_own_clusters(api: Api, emu: SlurmJobApiEmulator) -> None:
+    """Two emulators on one machine are two clusters numbering jobs from 1: the result wrapper names its
+    files in $TMPDIR by job id, so a shared /tmp let one test's job 2 read another's (CI, under xdist)."""
+    job_id = api.submit('#!/bin/sh\nprintf "%s" "$TMPDIR" > tmpdir.txt\n')
+    emu.wait_for_state(job_id, "COMPLETED", 10)
+    tmpdir = emu.host_path(f"{CWD}/tmpdir.txt").read_text()
+    assert emu.host_path("/").resolve() in Path(tmpdir).resolve().parents and Path(tmpdir).is_dir()
+    # the job's own setting wins
+    job_id = api.submit('#!/bin/sh\nprintf "%s" "$TMPDIR" > mine.txt\n', environment=["TMPDIR=/scratch"])
+    emu.wait_for_state(job_id, "COMPLETED", 10)
+    assert emu.host_path(f"{CWD}/mine.txt").read_text() == "/scratch"
 
 
 def test_separate_stderr_and_default_output(api: Api, emu: SlurmJobApiEmulator) -> None:
