@@ -49,6 +49,16 @@ def is_terminal(state: list[str]) -> bool:
     return bool(state) and state[0] in TERMINAL and "COMPLETING" not in state
 
 
+def ended_by_sigterm(code: dict[str, Any]) -> bool:
+    """A batch script's ``exit_code`` after the SIGTERM of its time limit: the shell killed by it (SIGNALED,
+    15), or the shell exiting 128 + 15 (ERROR, 143) when its child died of the signal before the shell
+    handled its own. Real Slurm answered the second under CI's load, 24.11 and 26.05 (the batch step FAILED,
+    143); the job's state is TIMEOUT either way."""
+    if code["status"] == ["SIGNALED"]:
+        return bool(code["signal"]["id"]["number"] == 15)
+    return code["status"] == ["ERROR"] and code["return_code"]["number"] == 143
+
+
 # The REST versions each Slurm release's slurmrestd serves (start_slurm.sh's -d list).
 RELEASE_VERSIONS = {
     "24.11": ("v0.0.40", "v0.0.41", "v0.0.42"),

@@ -38,7 +38,7 @@ from typing import Any
 
 import pytest
 from google.auth.transport.requests import AuthorizedSession
-from slurm_cluster import RELEASE, SERVED, RealSlurm, is_terminal
+from slurm_cluster import RELEASE, SERVED, RealSlurm, ended_by_sigterm, is_terminal
 
 from airflow_provider_slurmapi.emulator import SlurmJobApiEmulator
 
@@ -540,7 +540,7 @@ def test_time_limit_gives_timeout(sides):
     for steps in (real, emu):
         job = steps["job_timeout"][1]["jobs"][0]
         assert job["job_state"] == ["TIMEOUT"]
-        assert _ended_by_sigterm(job["exit_code"]), job["exit_code"]
+        assert ended_by_sigterm(job["exit_code"]), job["exit_code"]
         db_code = steps["slurmdb_job_timeout"][1]["jobs"][0]["exit_code"]
         assert db_code["status"] == ["SUCCESS"] and db_code["return_code"]["number"] == 0
     # the emulator's shell always dies of the signal; where real Slurm's exited 143 instead, that one fact
@@ -548,15 +548,6 @@ def test_time_limit_gives_timeout(sides):
     signaled = real["job_timeout"][1]["jobs"][0]["exit_code"]["status"] == ["SIGNALED"]
     skip = frozenset() if signaled else frozenset({"job_timeout"})
     conform_all(real, emu, {"submit", "job_running", "job_timeout", "slurmdb_job_timeout"}, skip_facts=skip)
-
-
-def _ended_by_sigterm(code: dict[str, Any]) -> bool:
-    """A batch script ended by the SIGTERM of its time limit: the shell killed by it (SIGNALED, 15), or the
-    shell exiting 128 + 15 (ERROR, 143) when its child died of the signal before the shell handled its own.
-    Real Slurm 26.05 answered the second once, under load (CI at f08134f; the batch step FAILED, 143)."""
-    if code["status"] == ["SIGNALED"]:
-        return bool(code["signal"]["id"]["number"] == 15)
-    return code["status"] == ["ERROR"] and code["return_code"]["number"] == 143
 
 
 # ---- api_version: auto -----------------------------------------------------------------------------
