@@ -5,6 +5,7 @@
 #
 #   bash tests/deployment/deploy.sh up      # installs what it needs, starts everything, writes $STATE/env
 #   bash tests/deployment/deploy.sh install # only installs what it needs (Debian's packages, the Celery provider)
+#   bash tests/deployment/deploy.sh install-debian  # only Debian's packages (no virtualenv needed)
 #   bash tests/deployment/deploy.sh status  # which processes run
 #   bash tests/deployment/deploy.sh kill NAME [SIGNAL]   # e.g. kill triggerer-1 KILL
 #   bash tests/deployment/deploy.sh start NAME           # (re)start one process
@@ -38,7 +39,7 @@ for i in $(seq 1 "$TRIGGERERS"); do PROCESSES+=("triggerer-$i"); done
 log() { echo "[deploy $(date +%H:%M:%S)] $*" >&2; }
 pg_bin() { ls -d /usr/lib/postgresql/*/bin | sort -V | tail -1; }
 
-install_deps() {
+install_debian() {
     local missing=()
     [ -n "$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null)" ] || missing+=(postgresql)
     command -v redis-server >/dev/null || missing+=(redis-server)
@@ -47,6 +48,10 @@ install_deps() {
         apt-get update -qq
         DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${missing[@]}" >/dev/null
     fi
+}
+
+install_deps() {
+    install_debian
     if ! "$PY" -c "import airflow.providers.celery, psycopg, psycopg2, asyncpg, redis" 2>/dev/null; then
         log "installing the Celery provider and psycopg2"
         local version pin=()
@@ -190,9 +195,10 @@ down() {
 case ${1:-} in
     up) up ;;
     install) install_deps ;;
+    install-debian) install_debian ;;
     down) down ;;
     status) status ;;
     start) start_one "$2" ;;
     kill) kill "-${3:-TERM}" -- "-$(cat "$STATE/pids/$2")" ;;
-    *) echo "usage: $0 up|install|down|status|start NAME|kill NAME [SIGNAL]" >&2; exit 2 ;;
+    *) echo "usage: $0 up|install|install-debian|down|status|start NAME|kill NAME [SIGNAL]" >&2; exit 2 ;;
 esac
