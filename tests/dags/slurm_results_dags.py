@@ -24,7 +24,11 @@ SCRIPTS = {
     ),
     "results_failure": f"#!/bin/sh\necho {OUT_MARKER}\necho {ERR_MARKER} >&2\nexit 3\n",
     # The time limit's TERM reaches the script itself: it says so in its output (after the publication).
-    "results_time_limit": f"#!/bin/bash\ntrap 'echo {TERM_MARKER}; exit 0' TERM\necho {OUT_MARKER}\nsleep 600 & wait\n",
+    # Only the trap ends it: Slurm signals the sleep too, and a script whose last ``wait`` returned because
+    # the sleep died first may exit (143) before bash runs the TERM trap (CI saw it once, under load).
+    "results_time_limit": (
+        f"#!/bin/bash\ntrap 'echo {TERM_MARKER}; exit 0' TERM\necho {OUT_MARKER}\nwhile :; do sleep 600 & wait; done\n"
+    ),
     "results_python": (
         "#!/usr/bin/env python3\nimport json, os, sys\n"
         f"print({OUT_MARKER!r})\n"

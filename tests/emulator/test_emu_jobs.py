@@ -111,7 +111,7 @@ def test_cancelling_a_pending_job_is_immediate(api: Api, emu: SlurmJobApiEmulato
 
 def test_signal_without_cancel(api: Api, emu: SlurmJobApiEmulator) -> None:
     # The signal goes out once the script says its trap is set (its output file exists earlier than that).
-    script = "#!/bin/bash\ntrap 'echo got USR1; exit 0' USR1\necho trap set\nsleep 60 &\nwait\n"
+    script = "#!/bin/bash\ntrap 'echo got USR1; exit 0' USR1\necho trap set\nwhile :; do sleep 60 & wait; done\n"
     job_id = api.submit(script)
     emu.wait_for_state(job_id, "RUNNING", 10)
     eventually(lambda: "trap set" in emu.read_output(job_id))

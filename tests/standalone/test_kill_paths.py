@@ -187,7 +187,10 @@ def assert_cleared_task_ran_anew(run: Run, first: SlurmJob) -> None:
     second = run.wait_for_running_job(2)
     assert second.job_id != first.job_id
     run.release(second.job_id)
-    assert run.finish() == "success"
+    state = run.finish()
+    if state != "success":  # CI keeps the output, not the files: say why, with every log of the task
+        files = run.airflow.task_log_files(run.dag_id, run.run_id, TASK)
+        pytest.fail(f"the new try ended {state}: {run.ti()}\n{describe(run.jobs())}\n{files[-6000:]}")
     ti = run.ti()
     assert (ti["state"], ti["try_number"]) == ("success", 2), ti
     jobs = run.jobs()
