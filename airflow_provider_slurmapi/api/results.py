@@ -180,13 +180,22 @@ EARLY = 30
 _WRAPPER = """#!/bin/sh
 # airflow-provider-slurmapi (publish_results=True): runs the script below unchanged, then publishes its
 # result ($SLURMAPI_RETURN_FILE) and the tail of its output in this job's Slurm comment.
-__sa_dir=${{TMPDIR:-/tmp}}
-__sa_script=$__sa_dir/slurmapi-script.${{SLURM_JOB_ID:-$$}}.$$
-SLURMAPI_RETURN_FILE=$__sa_dir/slurmapi-result.${{SLURM_JOB_ID:-$$}}.json
+# Its files live in a folder of its own (mktemp -d: a name nobody can guess, mode 0700), never under a
+# name another user of the node could create first; any failed write ends the job before the script runs.
+__sa_fail() {{
+    echo "slurmapi: $1: the job's script was not run (set TMPDIR, in the operator's environment, to a folder the job's user can write to)" >&2
+    [ -z "${{__sa_dir:-}}" ] || rm -rf "$__sa_dir"
+    exit 1
+}}
+__sa_dir=
+__sa_dir=$(umask 077 && mktemp -d "${{TMPDIR:-/tmp}}/slurmapi.XXXXXXXXXX") && [ -d "$__sa_dir" ] && [ -O "$__sa_dir" ] ||
+    __sa_fail "cannot make a private folder in ${{TMPDIR:-/tmp}}"
+__sa_script=$__sa_dir/slurmapi-script.${{SLURM_JOB_ID:-$$}}
+SLURMAPI_RETURN_FILE=$__sa_dir/slurmapi-result.json
 export SLURMAPI_RETURN_FILE
-rm -f "$SLURMAPI_RETURN_FILE"
-(umask 077 && cat > "$__sa_script") <<'{end}'
+(umask 077 && cat > "$__sa_script") <<'{end}' || __sa_fail "cannot write the script to $__sa_dir"
 {script}{end}
+[ -s "$__sa_script" ] || __sa_fail "cannot write the script to $__sa_dir"
 __sa_publish() (
 LC_ALL=C
 export LC_ALL
@@ -309,7 +318,7 @@ if [ -n "$__sa_timer" ]; then
     wait "$__sa_timer" 2>/dev/null
 fi
 if [ -n "$__sa_signalled" ]; then __sa_publish signalled; else __sa_publish; fi
-rm -f "$__sa_script" "$SLURMAPI_RETURN_FILE"
+rm -rf "$__sa_dir"
 if [ "$__sa_rc" -gt 128 ] && [ "$__sa_rc" -lt 160 ]; then
     trap - TERM INT HUP USR1 USR2
     kill -$((__sa_rc - 128)) $$ 2>/dev/null

@@ -291,3 +291,38 @@ def test_a_job_writes_its_own_accounting_comment_with_sacctmgr(backend, monkeypa
         assert time.monotonic() < deadline, f"accounting never had the job's comment: {status} {body}"
         time.sleep(0.5)
     assert jobs[0]["comment"]["job"] == "it`s `q` 100% a\\b"
+
+
+def test_another_users_files_in_the_shared_tmp_change_nothing(backend, monkeypatch):
+    """A hostile neighbour on the node: another Linux (and Slurm) user's job creates, first, the files in
+    the shared temporary folder that the wrapper once named by job id, with a forged result. The next jobs'
+    wrappers keep their files in folders of their own (``mktemp -d``, 0700): their results are their own,
+    the squatted script is not run. (Before: in a sticky /tmp the job could not remove the other user's
+    file, and published the forged result as its own.)"""
+    hook = backend.connect(monkeypatch)
+    other = backend.other_hook(monkeypatch)
+    squat = (
+        "#!/bin/sh\n"
+        "for i in $(seq $((SLURM_JOB_ID + 1)) $((SLURM_JOB_ID + 30))); do\n"
+        '  f="${TMPDIR:-/tmp}/slurmapi-result.$i.json"\n'
+        '  printf \'{"val_acc": 0.99, "ckpt": "gs://mallory/evil"}\' > "$f" && chmod 644 "$f"\n'
+        "  printf '#!/bin/sh\\necho mallory-ran\\n' > \"${TMPDIR:-/tmp}/slurmapi-script.$i.1\"\n"
+        "done\necho squatted\n"
+    )
+    squatter = other.submit(backend.other_spec(squat, standard_output="squat-%j.out")).job_id
+    assert backend.wait_for_end(other, squatter).state.base == "COMPLETED"
+    try:
+        comment = "airflow-ti:d/t/r/-1 try:1"
+        plain = results.wrap_script("#!/bin/sh\necho mine\n", comment)  # writes no result
+        valued = results.wrap_script('#!/bin/sh\necho \'{"val_acc": 0.5}\' > "$SLURMAPI_RETURN_FILE"\n', comment)
+        jobs = [hook.submit(backend.spec(script, comment=comment)).job_id for script in (plain, valued)]
+        assert all(squatter < job_id <= squatter + 30 for job_id in jobs)  # the squatted ids
+        readings = [results.read(backend.wait_for_end(hook, job_id).summary()) for job_id in jobs]
+        assert not readings[0].has_result, readings[0]
+        assert readings[1].has_result and readings[1].result == {"val_acc": 0.5}, readings[1]
+        for job_id, reading in zip(jobs, readings, strict=True):
+            assert "mallory" not in "\n".join(reading.log), reading.log
+            assert f"Slurm job {job_id} output (stdout and stderr)" in reading.log[0]
+    finally:
+        clean = '#!/bin/sh\nrm -f "${TMPDIR:-/tmp}"/slurmapi-result.*.json "${TMPDIR:-/tmp}"/slurmapi-script.*.1\n'
+        backend.wait_for_end(other, other.submit(backend.other_spec(clean, standard_output="squat-%j.out")).job_id)

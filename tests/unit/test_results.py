@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -179,7 +180,7 @@ def test_without_scontrol_the_script_still_runs_and_keeps_its_exit_code(tmp_path
         pytest.skip("this machine has an scontrol")
     tools = tmp_path / "tools"  # the wrapper's tools, and no scontrol
     tools.mkdir()
-    for tool in ("cat", "rm", "tr", "wc", "tail", "sed", "date", "sleep"):
+    for tool in ("cat", "rm", "tr", "wc", "tail", "sed", "date", "sleep", "mktemp"):
         (tools / tool).symlink_to(shutil.which(tool) or f"/usr/bin/{tool}")
     wrapper = tmp_path / "w.sh"
     wrapper.write_text(results.wrap_script("#!/bin/sh\necho hi\nexit 4\n", TAG))
@@ -191,7 +192,35 @@ def test_without_scontrol_the_script_still_runs_and_keeps_its_exit_code(tmp_path
 
 def test_the_return_file_and_the_script_copy_are_removed(tmp_path):
     run(tmp_path, '#!/bin/sh\necho 1 > "$SLURMAPI_RETURN_FILE"\necho "$SLURMAPI_RETURN_FILE"\n')
-    assert sorted(p.name for p in tmp_path.glob("slurmapi-*")) == []
+    assert sorted(p.name for p in tmp_path.glob("slurmapi*")) == []
+
+
+def test_the_wrapper_keeps_its_files_in_a_private_folder_that_squatted_names_do_not_touch(tmp_path):
+    """Another user of the node may create, first, any name in a shared TMPDIR: the wrapper's files live in
+    a folder of its own, with a name nobody can guess, that only the job's user may enter."""
+    forged = tmp_path / "slurmapi-result.4242.json"  # the names the wrapper once used
+    forged.write_text('{"val_acc": 0.99}')
+    (tmp_path / "slurmapi-script.4242.1").write_text("#!/bin/sh\necho forged script\n")
+    script = '#!/bin/sh\nd=$(dirname "$SLURMAPI_RETURN_FILE")\necho "$d $(stat -c %a "$d")"\necho "$0"\n'
+    rc, comments, out, _ = run(tmp_path, script)
+    folder, mode = out.splitlines()[0].split()
+    assert rc == 0 and mode == "700" and Path(folder).parent == tmp_path
+    assert re.fullmatch(r"slurmapi\.\w{10}", Path(folder).name)  # mktemp's random name
+    assert out.splitlines()[1].startswith(folder + "/")  # the script ran from there, not a squatted copy
+    published = results.parse(comments[-1])
+    assert published is not None and not published.has_result  # the forged result is not the job's
+    assert "forged" not in out and not Path(folder).exists()  # and the folder is gone at the end
+
+
+@pytest.mark.parametrize("tmpdir", ["missing", "a-file"])
+def test_a_temporary_folder_the_job_cannot_write_to_fails_the_job_before_its_script_runs(tmp_path, tmpdir):
+    where = tmp_path / "tmp"
+    if tmpdir == "a-file":
+        where.write_text("not a folder")
+    rc, comments, out, err = run(tmp_path, "#!/bin/sh\necho ran\n", env={"TMPDIR": str(where)})
+    assert rc == 1 and "ran" not in out and comments == []
+    assert f"slurmapi: cannot make a private folder in {where}: the job's script was not run" in err
+    assert "set TMPDIR" in err
 
 
 def test_a_job_and_an_array_task_each_update_only_their_own_record(tmp_path):
