@@ -20,9 +20,19 @@ def _int(value: Any) -> int | None:
     return int(n) if n is not None else None
 
 
+# The last second a datetime holds (9999-12-31T23:59:59Z): a time past it is no time Slurm gave.
+_LAST_SECOND = 253402300799
+
+
 def _time(value: Any) -> datetime | None:
     n = _int(value)
-    return datetime.fromtimestamp(n, tz=timezone.utc) if n else None
+    return datetime.fromtimestamp(n, tz=timezone.utc) if n and 0 < n <= _LAST_SECOND else None
+
+
+def _seconds(value: Any) -> timedelta | None:
+    """A duration in seconds; None for one no job could have lasted (negative, or past year 9999)."""
+    n = _int(value)
+    return timedelta(seconds=n) if n is not None and 0 <= n <= _LAST_SECOND else None
 
 
 def _str(value: Any) -> str:
@@ -195,7 +205,7 @@ class SlurmJob:
         comment = record.get("comment")
         pending_tasks = _task_string(arr.get("task")) if array is None and _int(arr.get("job_id")) else ""
         names = {"job_id": job_id, "name": name, "user": user, "array": array}
-        elapsed = _int(times.get("elapsed"))
+        elapsed = times.get("elapsed")
         tres = obj(record.get("tres"))
         return cls(
             job_id=job_id,
@@ -206,7 +216,7 @@ class SlurmJob:
             submit_time=_time(times.get("submission")),
             start_time=_time(times.get("start")),
             end_time=_time(times.get("end")),
-            elapsed=timedelta(seconds=elapsed) if elapsed is not None else None,
+            elapsed=_seconds(elapsed),
             time_limit_minutes=_int(times.get("limit")),
             nodes=_str(record.get("nodes")),
             node_count=_int(record.get("allocation_nodes")),

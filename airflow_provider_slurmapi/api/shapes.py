@@ -3,6 +3,7 @@ lists that vary between versions."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -11,8 +12,10 @@ def number(value: Any) -> int | float | None:
     """A Slurm number: plain, or ``{set, infinite, number}`` (None when unset or infinite)."""
     if isinstance(value, bool):
         return None
-    if isinstance(value, (int, float)):
+    if isinstance(value, int):
         return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None  # JSON's 1e400 reads as inf, NaN as nan
     if isinstance(value, Mapping):
         if not value.get("set", True) or value.get("infinite"):
             return None
