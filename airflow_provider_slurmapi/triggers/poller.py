@@ -35,7 +35,13 @@ from typing import Any
 
 from airflow_provider_slurmapi.api import versions
 from airflow_provider_slurmapi.api.client import AsyncSlurmJobApiClient
-from airflow_provider_slurmapi.api.errors import GoogleApiError, SlurmApiError, SlurmJobApiError, SlurmJobSpecError
+from airflow_provider_slurmapi.api.errors import (
+    GoogleApiError,
+    MalformedReplyError,
+    SlurmApiError,
+    SlurmJobApiError,
+    SlurmJobSpecError,
+)
 from airflow_provider_slurmapi.api.jobs import SlurmArrayJob, SlurmJob
 from airflow_provider_slurmapi.api.operations import accounted_jobs, queued_jobs, states_in_queue
 from airflow_provider_slurmapi.api.states import JobState
@@ -133,11 +139,24 @@ class SharedJobPoller:
     async def _run(self) -> None:
         # The last unsubscribe cancels this task; checking again after each tick also ends it when a
         # cancel came as a call ended and was lost (Python 3.11's wait_for, in code the tick calls).
+        # It never ends otherwise: a tick that fails in a way nobody foresaw is logged, every subscriber
+        # hears of it (an error counts against its trigger's error budget), and the next tick comes.
         while self.subscribers and self._task is asyncio.current_task():
-            await self.tick()
+            try:
+                await self.tick()
+            except Exception as err:
+                conn_id = self.key[1].split("|", 1)[0]
+                log.exception("The Slurm job poller of connection %s failed a tick; it goes on polling", conn_id)
+                self._wake_all(SlurmJobApiError(f"polling the jobs failed ({err!r})", retryable=True))
             if not self.subscribers or self._task is not asyncio.current_task():
                 return
             await asyncio.sleep(self.interval)
+
+    def _wake_all(self, error: SlurmJobApiError) -> None:
+        for queues in list(self.subscribers.values()):
+            for queue in queues:
+                self._delivered[queue] = observation = Observation(error=error)
+                queue.put_nowait(observation)
 
     async def tick(self) -> dict[str, Observation]:
         """One poll of every subscribed job; a subscriber is woken when its job's observation changed.
@@ -162,6 +181,11 @@ class SharedJobPoller:
                 seen.update(await self._observe(ids))
             except SlurmJobApiError as err:
                 seen.update({job_id: Observation(error=err) for job_id in ids})
+            except Exception:
+                # A reply no reader foresaw (a record with a value nobody expected): read each job on its
+                # own this tick, so the record at fault fails its own job's wait only.
+                log.exception("Reading the batched states of %d jobs failed; reading them one by one", len(ids))
+                seen.update(await self._observe_each(ids))
         for job_id, observation in seen.items():
             for queue in self.subscribers.get(job_id, ()):
                 wake = observation.error is not None or observation.unrecorded
@@ -262,6 +286,11 @@ class SharedJobPoller:
             job = await self.client.get_job(job_id, recently_submitted=True)
         except SlurmJobApiError as err:
             return Observation(error=err)
+        except Exception as err:
+            log.exception("Slurm job %s: its record could not be read", job_id)
+            return Observation(
+                error=MalformedReplyError(f"the record of Slurm job {job_id} could not be read: {err!r}")
+            )
         whole = isinstance(job, SlurmArrayJob) or job.state.is_terminal
         return Observation(
             state=job.state,

@@ -232,6 +232,59 @@ def test_the_poller_fails_the_subscribers_of_a_malformed_id_only(hook):
     assert SharedJobPoller.active() == []
 
 
+def test_a_record_no_reader_foresaw_fails_its_own_jobs_wait_only(hook, monkeypatch, caplog):
+    """One job's record that a reader cannot read (a value nobody foresaw; played by a reader that raises
+    for that job alone, since the fuzzed readers no longer do): its own trigger ends with an error naming
+    it; the job sharing the poller ends as it should; the poller goes on."""
+    from airflow_provider_slurmapi.api.jobs import SlurmJob
+
+    bad, good = submit(hook, "#!/bin/bash\nsleep 0.5\n"), submit(hook, "#!/bin/bash\nsleep 0.5\n")
+    readers = {name: getattr(SlurmJob, name).__func__ for name in ("from_job_info", "from_slurmdb")}
+
+    def picky(name: str) -> Any:
+        def read(cls, record, *args, **kwargs):
+            if record.get("job_id") == bad:
+                raise OverflowError("timestamp out of range for platform time_t")
+            return readers[name](cls, record, *args, **kwargs)
+
+        return classmethod(read)
+
+    for name in readers:
+        monkeypatch.setattr(SlurmJob, name, picky(name))
+
+    async def both() -> tuple[dict, dict]:
+        return await asyncio.gather(
+            first_event(SlurmJobTrigger(bad, poll_interval=0.2, error_budget=2)),
+            first_event(SlurmJobTrigger(good, poll_interval=0.2, error_budget=2)),
+        )
+
+    failed, ended = asyncio.run(asyncio.wait_for(both(), 60))
+    assert ended["status"] == "success", ended
+    assert failed["status"] == "error" and f"the record of Slurm job {bad} could not be read" in failed["message"]
+    assert "OverflowError" in failed["message"], failed
+    assert f"Slurm job {bad}: its record could not be read" in caplog.text
+    assert SharedJobPoller.active() == []
+
+
+def test_a_tick_that_fails_unforeseen_is_logged_and_the_poller_goes_on(hook, monkeypatch, caplog):
+    """The poller never ends silently: a failed tick wakes every subscriber with the error, the next
+    tick comes, and the wait ends as it should."""
+    job = submit(hook, "#!/bin/bash\nsleep 0.5\n")
+    real_tick, failures = SharedJobPoller.tick, list[int]()
+
+    async def failing_once(self):
+        if not failures:
+            failures.append(1)
+            raise RecursionError("maximum recursion depth exceeded")
+        return await real_tick(self)
+
+    monkeypatch.setattr(SharedJobPoller, "tick", failing_once)
+    event = bounded(SlurmJobTrigger(job, poll_interval=0.2, error_budget=2))
+    assert event["status"] == "success", event
+    assert failures == [1] and "failed a tick; it goes on polling" in caplog.text
+    assert SharedJobPoller.active() == []
+
+
 @pytest.mark.parametrize("spelling", ["0{}", " {}", "{}\n"])
 @pytest.mark.parametrize("coalesce", [True, False])
 def test_a_non_canonical_spelling_of_a_real_id_ends(hook, spelling, coalesce):
