@@ -49,6 +49,8 @@ log = logging.getLogger(__name__)
 
 STREAM = "slurmapi-ended-jobs"
 STATE_KEY = "slurmapi.ended_jobs"
+# Failed reads of the gap a restarted watcher missed before it gives that gap up (and says which it was).
+GAP_TRIES = 5
 
 
 class SlurmJobEventTrigger(BaseEventTrigger):
@@ -126,6 +128,8 @@ class SlurmJobEventTrigger(BaseEventTrigger):
                     jobs = await ended_since(client, polled_at - window)
                 except SlurmJobApiError as err:
                     log.warning("Slurm job watcher: could not read accounting (%s); next try in %ss", err, interval)
+                except Exception:  # a reply nobody foresaw: said, and the next poll comes (never a silent end)
+                    log.exception("Slurm job watcher: reading accounting failed; next try in %ss", interval)
                 else:
                     yield EndedJobs(polled_at, polled_at - window, jobs)
                 await asyncio.sleep(interval)
@@ -137,22 +141,39 @@ class SlurmJobEventTrigger(BaseEventTrigger):
             "Slurm job watcher %s (%s): fires for each matching job that ends after %s",
             self._state_key,
             self.slurmapi_conn_id,
-            time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(mark.after)),
+            _utc(mark.after),
         )
         caught_up = False
+        gap_failures = 0
         async for snapshot in shared_stream:
             if not isinstance(snapshot, EndedJobs):
                 continue
             jobs = snapshot.jobs
             if not caught_up and mark.after < snapshot.since:
                 # Restarted after a longer pause than the group's window: read the gap once, on our own
-                # (until that read succeeds, the watermark stays where it was).
+                # (until that read succeeds, the watermark stays where it was; after GAP_TRIES failed
+                # reads the gap is given up, with a warning naming it, so new jobs fire again).
                 try:
                     async with await _client(self.slurmapi_conn_id) as client:
                         jobs = await ended_since(client, mark.after)
-                except SlurmJobApiError as err:
-                    self.log.warning("Slurm job watcher: could not read the jobs since it stopped (%s)", err)
-                    continue
+                except Exception as err:
+                    gap_failures += 1
+                    if gap_failures < GAP_TRIES:
+                        self.log.warning(
+                            "Slurm job watcher: could not read the jobs since it stopped (%s); try %d of %d",
+                            err,
+                            gap_failures,
+                            GAP_TRIES,
+                        )
+                        continue
+                    self.log.warning(
+                        "Slurm job watcher: could not read the jobs that ended from %s to %s (%d tries, the last: "
+                        "%s): those jobs fire no event; watching on from there",
+                        _utc(mark.after),
+                        _utc(snapshot.since),
+                        gap_failures,
+                        err,
+                    )
             caught_up = True
             fresh = mark.new_jobs(jobs, self.wanted)
             mark.advance(snapshot.polled_at, self.settle)
@@ -202,6 +223,10 @@ class EndedJobs:
         self.polled_at = polled_at
         self.since = since
         self.jobs = jobs
+
+
+def _utc(seconds: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(seconds))
 
 
 async def ended_since(client: AsyncSlurmJobApiClient, since: float) -> list[SlurmJob]:
