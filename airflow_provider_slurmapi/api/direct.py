@@ -58,7 +58,7 @@ class SlurmrestdRef:
                 return SlurmReply.from_structured(status, body)
         try:
             body = json.loads(content) if content else {}
-        except ValueError:
+        except (ValueError, RecursionError):
             body = None
         if status in (401, 511) or (status == 403 and body is None):
             text = content[:200].decode(errors="replace").strip() if body is None else _first_error(body)

@@ -311,7 +311,7 @@ def parse_reply(http_status: int, content: bytes, *, what: str, only_jobs: froze
             return SlurmReply.from_structured(_status(found[0], what), found[1])
     try:
         payload = json.loads(content) if content else None
-    except ValueError:
+    except (ValueError, RecursionError):  # not JSON, or nested deeper than any reply of Slurm's
         payload = None
         if 200 <= http_status < 300:
             raise MalformedReplyError(
@@ -328,8 +328,8 @@ def _status(status: Any, what: str) -> int:
     """The envelope's ``status`` (Slurm's HTTP status, a number or its digits)."""
     if isinstance(status, str) and status.isdigit():
         status = int(status)
-    if not isinstance(status, int) or isinstance(status, bool):
-        raise MalformedReplyError(f"{what}: the reply's status is {status!r}, not an HTTP status")
+    if not isinstance(status, int) or isinstance(status, bool) or not 100 <= status <= 599:
+        raise MalformedReplyError(f"{what}: the reply's status is {status!r}, not an HTTP status (a malformed reply)")
     return status
 
 
@@ -351,7 +351,7 @@ def slurm_body(payload: Mapping[str, Any], *, what: str) -> Any:
         return None
     try:
         return json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):
         if text.lstrip().startswith(("{", "[")):
             raise MalformedReplyError(
                 f"{what}: the reply's body is cut-off JSON ({len(text)} characters: {text[:80]!r})"

@@ -67,7 +67,7 @@ def slurm_listing(content: bytes, wanted: Collection[str]) -> dict[str, Any] | N
     job listing."""
     try:
         return pick(_listing.decode(content), wanted)
-    except (msgspec.DecodeError, msgspec.ValidationError):
+    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
         return None
 
 
@@ -77,11 +77,11 @@ def envelope_listing(content: bytes, wanted: Collection[str]) -> tuple[int | str
     try:  # pick() inside: a record that is not an object (no job_id to read) sends it the ordinary way
         structured = _structured.decode(content)
         return structured.status, pick(structured.structuredBody, wanted)
-    except (msgspec.DecodeError, msgspec.ValidationError):
+    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
         pass
     try:
         stringed = _stringed.decode(content)
-    except (msgspec.DecodeError, msgspec.ValidationError):
+    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
         return None
     body = slurm_listing(stringed.body.encode(), wanted)
     return None if body is None else (stringed.status, body)

@@ -23,6 +23,7 @@ from airflow_provider_slurmapi.api import versions
 from airflow_provider_slurmapi.api.envelope import Call, SlurmReply, slurm_error
 from airflow_provider_slurmapi.api.errors import (
     GoogleApiError,
+    MalformedReplyError,
     SlurmApiError,
     SlurmJobNotFoundError,
     SlurmMessage,
@@ -329,12 +330,18 @@ def _pick_job(jobs: list[SlurmJob], job_id: object) -> SlurmJob | None:
 
 
 def _choose(jobs: list[SlurmJob], job_id: object) -> SlurmJob:
-    """The record ``job_id`` names among ``jobs`` (``12_3`` picks that task), else the first."""
-    wanted = str(job_id)
+    """The record ``job_id`` names among ``jobs`` (``12_3`` picks that task). A reply that holds no record
+    of that job is not Slurm's answer about it (a proxy's mix-up, a hostile reply): it is refused, never
+    read as the job asked about."""
+    wanted = "_".join(str(int(part)) if part.strip().isdigit() else part for part in str(job_id).split("_"))
     for job in jobs:
         if job.display_id == wanted or (str(job.job_id) == wanted and job.array_task_id is None):
             return job
-    return jobs[0]
+    held = ", ".join(sorted({job.display_id for job in jobs})[:5])
+    raise MalformedReplyError(
+        f"the reply about Slurm job {wanted} holds no record of it (it holds job {held}): it is not Slurm's "
+        "answer to that call; a proxy between the provider and slurmrestd may have mixed up replies"
+    )
 
 
 def _status_errors(reply: SlurmReply) -> list[tuple[int | None, SlurmMessage]]:

@@ -200,6 +200,9 @@ REPLIES = [
     ("truncated JSON", 200, b'{"status": 200, "structuredBo'),
     ("JSON list", 200, b"[1, 2]"),
     ("status not a number", 200, b'{"status": "ok", "structuredBody": {}}'),
+    ("status outside HTTP's range", 200, b'{"status": 999, "structuredBody": {}}'),
+    ("status zero", 200, b'{"status": 0, "structuredBody": {}}'),
+    ("nested too deeply", 200, b'{"status": 200, "structuredBody": ' + b"[" * 100000 + b"]" * 100000 + b"}"),
     ("empty body", 200, b""),
     ("Google error without details", 503, b"Service Unavailable"),
     (
@@ -215,6 +218,17 @@ def test_unexpected_reply_shapes_raise_provider_errors(what, status, content):
     with pytest.raises(SlurmJobApiError) as info:
         parse_reply(status, content, what="GET /slurm/v0.0.42/job/1")
     assert "GET /slurm/v0.0.42/job/1" in str(info.value)
+    if "status" in what:
+        assert "malformed reply" in str(info.value) and "fix" not in str(info.value).lower()
+
+
+@pytest.mark.parametrize("listing", [None, frozenset({"1"})], ids=["whole", "only-some-jobs"])
+def test_a_reply_nested_too_deeply_is_a_malformed_reply_not_a_crash(listing):
+    """Python's and msgspec's decoders raise RecursionError past their depth: a reply error, like any other."""
+    deep = b"[" * 100000 + b"]" * 100000
+    content = b'{"status": 200, "structuredBody": {"jobs": [{"job_id": 1, "x": ' + deep + b"}]}}"
+    with pytest.raises(SlurmJobApiError, match="not JSON"):
+        parse_reply(200, content, what="GET /slurm/v0.0.42/jobs/", only_jobs=listing)
 
 
 @pytest.mark.parametrize(

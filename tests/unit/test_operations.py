@@ -9,7 +9,7 @@ import pytest
 
 from airflow_provider_slurmapi.api import operations as ops
 from airflow_provider_slurmapi.api.envelope import Call, SlurmReply
-from airflow_provider_slurmapi.api.errors import SlurmJobNotFoundError, SlurmRequestRejectedError
+from airflow_provider_slurmapi.api.errors import MalformedReplyError, SlurmJobNotFoundError, SlurmRequestRejectedError
 from airflow_provider_slurmapi.api.spec import JobSpec
 from tests.fixtures import drive_op, recorded, recorded_status
 
@@ -38,6 +38,15 @@ def test_submit_bad_partition_is_rejected():
 def test_get_job_active_queue():
     job, calls = drive(ops.get_job(V, 1), ["job_running"])
     assert job.state.base == "RUNNING" and len(calls) == 1
+
+
+@pytest.mark.parametrize("source", [["job_running"], ["job_not_found", "slurmdb_job"]], ids=["queue", "accounting"])
+def test_a_reply_about_another_job_is_refused_not_read_as_the_one_asked_about(source):
+    """``GET job/999`` answered with job 1's record (a proxy's mix-up, a hostile reply) is not job 999."""
+    with pytest.raises(MalformedReplyError, match=r"the reply about Slurm job 999 holds no record of it .*job 1"):
+        drive(ops.get_job(V, 999), source)
+    job, _ = drive(ops.get_job(V, "0001"), source)  # the same job, however its id is spelt
+    assert job.job_id == 1
 
 
 def test_get_job_falls_back_to_slurmdb_on_404():

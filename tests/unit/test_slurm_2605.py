@@ -47,12 +47,17 @@ def test_submit_to_a_bad_partition_is_rejected():
 
 
 @pytest.mark.parametrize(
-    ("name", "state"),
-    [("job_pending", "PENDING"), ("job_running", "RUNNING"), ("job_completed", "COMPLETED"), ("job_failed", "FAILED")],
+    ("name", "job_id", "state"),
+    [
+        ("job_pending", 1, "PENDING"),
+        ("job_running", 1, "RUNNING"),
+        ("job_completed", 1, "COMPLETED"),
+        ("job_failed", 2, "FAILED"),
+    ],
 )
-def test_job_info_states(name, state):
-    job, calls = drive(ops.get_job(V, 1), [name])
-    assert str(job.state) == state and job.source == "slurm" and calls[0].path == "/slurm/v0.0.45/job/1"
+def test_job_info_states(name, job_id, state):
+    job, calls = drive(ops.get_job(V, job_id), [name])
+    assert str(job.state) == state and job.source == "slurm" and calls[0].path == f"/slurm/v0.0.45/job/{job_id}"
 
 
 def test_job_info_reads_exit_code_and_the_expanded_output_path():
