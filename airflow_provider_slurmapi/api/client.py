@@ -426,7 +426,9 @@ class SlurmJobApiClient(BaseSlurmJobApiClient):
         operation = submit_once(
             self.api_version, spec, identity, reattach=reattach, known_job_id=known_job_id, user=self.slurm_user
         )
-        return self.run(operation)
+        outcome = self.run(operation)
+        self.slurm_user = self.slurm_user or outcome.user  # learnt for certain: no second probe from this client
+        return outcome
 
     def get_job(self, job_id: object, *, recently_submitted: bool = False) -> SlurmJob:
         return self.run(ops.get_job(self.api_version, job_id, recently_submitted=recently_submitted))

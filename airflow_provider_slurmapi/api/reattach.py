@@ -8,7 +8,8 @@ default), so the identity survives the job leaving the queue after ``MinJobAge``
 
 Before a submit, and after a submit whose fate is unknown, the task's jobs are looked up:
 
-* only the caller's own jobs count (their ``user_name`` is the connection's Slurm user; see :func:`mine`);
+* only the caller's own jobs count (their ``user_name`` is the connection's Slurm user, given as
+  ``slurm_user`` or learnt from a held job it submits: :func:`caller_user`);
 * a job of this run still queued or running, or one that COMPLETED, is reattached instead of submitting;
 * a job of this run that ended in failure is left alone and a new one is submitted (a retry);
 * a job of an earlier run (the task was cleared since) that is still active is cancelled first;
@@ -22,6 +23,7 @@ The ``comment`` still carries the readable tag ``airflow-ti:<dag>/<task>/<run>/<
 from __future__ import annotations
 
 import logging
+import secrets
 from dataclasses import dataclass, field
 
 from airflow_provider_slurmapi.api.errors import (
@@ -56,6 +58,8 @@ class SubmitOutcome:
     warnings: list[SlurmMessage] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     cancelled: list[int] = field(default_factory=list)
+    # The caller's Slurm user, when it is known (given, or learnt: :func:`caller_user`).
+    user: str | None = None
 
 
 class SubmitOutcomeUnknownError(SlurmJobApiError):
@@ -89,19 +93,57 @@ def find_task_jobs(
     return sorted(jobs, key=lambda j: j.job_id, reverse=True)
 
 
-def mine(jobs: list[SlurmJob], user: str | None) -> list[SlurmJob]:
-    """The jobs the caller submitted: those of its Slurm ``user``.
+def mine(jobs: list[SlurmJob], user: str) -> list[SlurmJob]:
+    """The jobs the caller submitted: those of its Slurm ``user`` (see :func:`caller_user`)."""
+    return [j for j in jobs if j.user == user]
+
+
+# The name of the held job that tells the caller its own Slurm user (:func:`caller_user`).
+PROBE_NAME = "slurmapi-whoami"
+# The fields of the task's job the probe keeps, so that Slurm accepts it where it accepts the task's job.
+_PROBE_FIELDS = ("current_working_directory", "partition", "account", "qos", "reservation", "clusters")
+
+
+def caller_user(version: str, spec: JobSpec) -> Operation[str]:
+    """The caller's Slurm user, learnt from a job it certainly submitted.
 
     Slurm names the job's user in every record, but not the caller (a reply's ``meta.client`` is
-    slurmrestd's peer, not the user a token belongs to), so ``user`` comes from the connection. When it
-    is unknown, the user of the oldest job of this task instance stands for it: a job that copies a
-    task's name is submitted after the job it copies. Set the connection's ``slurm_user`` to refuse a
-    job submitted under a predicted name *before* the task's first.
+    slurmrestd's own peer, not the user a token belongs to), and through Google's service the Linux
+    account a service account maps to is the cluster's business. So, when the connection does not say
+    (``slurm_user``) and a look-up found jobs under the task's name, the caller submits a *held* job named
+    ``slurmapi-whoami-<random>`` (it never runs), reads its user, and cancels it. The name is never reused,
+    so even a submit whose reply was lost is resolved by that name, and the oldest job carrying it is
+    the caller's (a copy comes after it). Another user's job submitted under the task's predictable name
+    before the task's first try is thus never taken for the task's.
     """
-    if not jobs:
-        return []
-    owner = user or min(jobs, key=lambda j: j.job_id).user
-    return [j for j in jobs if j.user == owner]
+    name = f"{PROBE_NAME}-{secrets.token_hex(8)}"
+    fields = {key: spec.job[key] for key in _PROBE_FIELDS if key in spec.job}
+    probe = JobSpec.build("#!/bin/sh\ntrue\n", {**fields, "name": name, "hold": True, "time_limit": 1})
+    try:
+        job_id = (yield from submit_job(version, probe)).job_id
+    except SlurmJobApiError as err:
+        if not fate_unknown(err):
+            raise
+        named = [j for j in (yield from list_jobs(version)) if j.name == name]
+        if not named:
+            raise SubmitOutcomeUnknownError(
+                f"Finding which Slurm user this connection runs jobs as failed ({err}); set the connection's "
+                "slurm_user to the Linux account its jobs run as to skip this step."
+            ) from None
+        job_id = min(named, key=lambda j: j.job_id).job_id
+    try:
+        job = yield from get_job(version, job_id, recently_submitted=True)
+    except SlurmJobApiError:
+        yield from cancel_job(version, job_id)
+        raise
+    yield from cancel_job(version, job_id)
+    if not job.user:
+        raise SlurmJobApiError(
+            f"Slurm's record of job {job_id} names no user, so this connection's Slurm user is unknown: set "
+            "the connection's slurm_user to the Linux account its jobs run as."
+        )
+    log.info("This connection's jobs run as Slurm user %s (read from held job %s, cancelled)", job.user, job_id)
+    return job.user
 
 
 def reusable(jobs: list[SlurmJob]) -> SlurmJob | None:
@@ -132,7 +174,8 @@ def submit_once(
     first, with one call; if it is this run's job and can be reused, nothing is searched. The store is
     the caller's own, so that job also names the caller's Slurm user when ``user`` is not given.
 
-    ``user``: the caller's Slurm user (see :func:`mine`).
+    ``user``: the caller's Slurm user; when None and jobs carry the task's name, it is learnt first
+    (:func:`caller_user`), and only that user's jobs count.
     """
     name = str(spec.job.get("name") or "")
     if not name.endswith(identity.suffix):
@@ -147,18 +190,20 @@ def submit_once(
             job = reusable([known]) if reattach and identity.this_run(known) else None
             if job is not None:
                 note = f"reattached to job {job.job_id} ({job.state}), recorded by an earlier try"
-                return SubmitOutcome(job.job_id, reattached=True, job=job, notes=[note])
+                return SubmitOutcome(job.job_id, reattached=True, job=job, notes=[note], user=user)
     cancelled: list[int] = []
     if reattach:
         found = yield from find_task_jobs(
             version, identity, name=name, require_accounting=not identity.task_try.starts_a_run
         )
-        jobs = mine(found, user)
+        if found and user is None:
+            user = yield from caller_user(version, spec)
+        jobs = mine(found, user or "")
         cancelled = yield from _cancel_earlier_runs(version, jobs, identity)
         job = reusable([j for j in jobs if identity.this_run(j)])
         if job is not None:
             note = f"reattached to earlier job {job.job_id} ({job.state})"
-            return SubmitOutcome(job.job_id, reattached=True, job=job, notes=[note])
+            return SubmitOutcome(job.job_id, reattached=True, job=job, notes=[note], user=user)
     notes = [f"cancelled job {j} of an earlier run of this task (cleared since)" for j in cancelled]
     try:
         submitted = yield from submit_job(version, spec)
@@ -166,7 +211,9 @@ def submit_once(
         if not fate_unknown(err):
             raise
         found = yield from find_task_jobs(version, identity, name=name, require_accounting=False)
-        job = reusable([j for j in mine(found, user) if identity.this_run(j)])
+        if found and user is None:
+            user = yield from caller_user(version, spec)
+        job = reusable([j for j in mine(found, user or "") if identity.this_run(j)])
         if job is None:
             raise SubmitOutcomeUnknownError(
                 f"The submit's outcome is unknown ({err}) and no job named {name!r} is visible yet. It is not "
@@ -174,8 +221,8 @@ def submit_once(
                 "again before submitting."
             ) from None
         note = f"the submit's outcome was unknown ({err}); found its job {job.job_id} ({job.state})"
-        return SubmitOutcome(job.job_id, reattached=True, job=job, notes=[*notes, note], cancelled=cancelled)
-    return SubmitOutcome(submitted.job_id, warnings=submitted.warnings, notes=notes, cancelled=cancelled)
+        return SubmitOutcome(job.job_id, reattached=True, job=job, notes=[*notes, note], cancelled=cancelled, user=user)
+    return SubmitOutcome(submitted.job_id, warnings=submitted.warnings, notes=notes, cancelled=cancelled, user=user)
 
 
 def _cancel_earlier_runs(version: str, jobs: list[SlurmJob], identity: TaskIdentity) -> Operation[list[int]]:

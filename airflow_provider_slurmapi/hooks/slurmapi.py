@@ -124,7 +124,8 @@ class SlurmJobApiHook(BaseHook):
         """Submit unless a job of ``identity``'s run of tries is still active or COMPLETED; see ``api.reattach``.
 
         ``spec``'s name must end with ``identity.suffix`` (``identity.job_name(base)`` builds it). Only
-        the connection's own Slurm user's jobs count (connection field ``slurm_user``); an earlier run's
+        the connection's own Slurm user's jobs count (connection field ``slurm_user``, else learnt from a
+        held job submitted and cancelled at once, when jobs carry the task's name); an earlier run's
         active job is cancelled first. A submit whose fate is unknown (a 5xx, a lost reply) is looked
         for, never sent again.
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from airflow_provider_slurmapi.api import results
-from tests.fixtures import dag_file, load_module
+from tests.fixtures import dag_file, load_module, task_jobs
 
 CWD = "/home/tester"
 ROOT = Path(__file__).resolve().parents[2]
@@ -140,13 +140,13 @@ def test_a_retry_reattaches_to_the_completed_job_and_a_clear_runs_it_again(emu):
     spec = JobSpec.build("#!/bin/bash\nsleep 2\n", {"current_working_directory": CWD, "name": record["name"]})
     outcome = SlurmJobApiHook().submit_once(spec, identity)
     assert outcome.reattached and outcome.job_id == job_id
-    assert len(emu.jobs()) == 1
+    assert len(task_jobs(emu)) == 1
     # Cleared after try 1 (its next try starts a new run of tries): the job is run again.
     cleared = TaskIdentity.of(ti.dag_id, ti.task_id, ti.run_id, -1, TaskTry(2, run_start=2))
     spec = JobSpec.build("#!/bin/bash\nsleep 2\n", {"current_working_directory": CWD, "name": cleared.job_name("x")})
     again = SlurmJobApiHook().submit_once(spec, cleared)
     assert not again.reattached and again.job_id != job_id
-    assert len(emu.jobs()) == 2
+    assert len(task_jobs(emu)) == 2
 
 
 def test_example_dag_runs_end_to_end(emu):

@@ -197,15 +197,31 @@ def test_another_users_job_under_the_tasks_name_is_neither_reattached_nor_cancel
     hook.cancel_job(cleared.job_id)
 
 
-def test_another_users_earlier_job_under_the_tasks_name_is_not_reattached_when_the_user_is_known(backend, monkeypatch):
-    hook = backend.connect(monkeypatch, conn_id="slurmapi_scenario_owner", slurm_user=backend.user)
+@pytest.mark.parametrize("user_known", [True, False], ids=["slurm_user set", "slurm_user learned"])
+def test_another_users_earlier_job_under_the_tasks_name_is_never_reattached(backend, monkeypatch, user_known):
+    """Another user submits a job under the task's predictable name *before* the task's first try. With the
+    connection's slurm_user, or without it (the default: the task then learns its user from a held job it
+    submits, reads and cancels), the task submits its own job and leaves theirs alone."""
+    extra = {"slurm_user": backend.user} if user_known else {}
+    hook = backend.connect(monkeypatch, conn_id="slurmapi_scenario_owner", **extra)
     other = backend.other_hook(monkeypatch)
     run_id = unique("forged")
     forged = other.submit(backend.other_spec(SLEEP, name=task(run_id, 1).job_name("scenario.train"))).job_id
     outcome = submit_task(backend, hook, task(run_id, 2), SLEEP)
     assert not outcome.reattached and outcome.job_id != forged
+    assert hook.get_job(outcome.job_id).user == backend.user
     assert not other.get_job(forged).state.is_terminal
+    probes = [
+        j for j in hook.list_jobs() if j.name.startswith("slurmapi-whoami-") and forged < j.job_id < outcome.job_id
+    ]
+    if user_known:
+        assert probes == []
+    else:
+        (probe,) = probes
+        assert probe.user == backend.user and probe.state.base == "CANCELLED"
+        assert probe.elapsed is not None and probe.elapsed.total_seconds() == 0  # held: it never ran
     other.cancel_job(forged)
+    hook.cancel_job(outcome.job_id)
 
 
 def test_a_cleared_task_cancels_its_earlier_runs_job_first(backend, hook):

@@ -99,36 +99,38 @@ def test_the_identity_ends_the_job_name_readably_and_bounded():
 
 
 def test_the_search_asks_accounting_for_this_runs_exact_name():
-    _, calls = drive(submit_once(V, SPEC, ident()), [active(), accounted(), named("submit")])
+    _, calls = drive(submit_once(V, SPEC, ident(), user=ME), [active(), accounted(), named("submit")])
     assert calls[1].path == f"/slurmdb/{V}/jobs/?job_name={NAME}"
 
 
 def test_running_job_is_reattached_without_a_submit():
-    outcome, calls = drive(submit_once(V, SPEC, ident()), [active("RUNNING"), accounted()])
+    outcome, calls = drive(submit_once(V, SPEC, ident(), user=ME), [active("RUNNING"), accounted()])
     assert outcome.reattached and outcome.job_id == 10
     assert all(c.method == "GET" for c in calls)
 
 
 def test_completed_job_in_accounting_without_its_comment_is_reattached():
-    outcome, _ = drive(submit_once(V, SPEC, ident(2)), [active(), accounted("COMPLETED")])
+    outcome, _ = drive(submit_once(V, SPEC, ident(2), user=ME), [active(), accounted("COMPLETED")])
     assert outcome.reattached and outcome.job.state.is_success and outcome.job.comment == ""
 
 
 def test_failed_earlier_job_is_resubmitted():
-    outcome, calls = drive(submit_once(V, SPEC, ident(2)), [active(), accounted("FAILED"), named("submit")])
+    outcome, calls = drive(submit_once(V, SPEC, ident(2), user=ME), [active(), accounted("FAILED"), named("submit")])
     assert not outcome.reattached and outcome.job_id == 1
     assert calls[-1].method == "POST"
 
 
 def test_other_tasks_jobs_are_ignored():
     other = TaskIdentity.of("dag", "train", "another-run").job_name("dag.train")
-    outcome, _ = drive(submit_once(V, SPEC, ident()), [active("RUNNING", name=other), accounted(), named("submit")])
+    outcome, _ = drive(
+        submit_once(V, SPEC, ident(), user=ME), [active("RUNNING", name=other), accounted(), named("submit")]
+    )
     assert not outcome.reattached
 
 
 def test_a_name_that_only_contains_the_identity_is_another_job():
     outcome, _ = drive(
-        submit_once(V, SPEC, ident()), [active("RUNNING", name=NAME + "-copy"), accounted(), named("submit")]
+        submit_once(V, SPEC, ident(), user=ME), [active("RUNNING", name=NAME + "-copy"), accounted(), named("submit")]
     )
     assert not outcome.reattached
 
@@ -142,11 +144,39 @@ def test_another_users_job_with_the_tasks_name_is_never_reattached(where):
     assert not outcome.reattached
 
 
-def test_with_the_user_unknown_the_oldest_job_of_the_task_names_it():
-    # Job 1 (accounting, ours) is older than 10 (the queue, a copy of its name by someone else).
-    both = [active("RUNNING", user="mallory"), accounted("COMPLETED")]
-    outcome, _ = drive(submit_once(V, SPEC, ident(2)), both)
-    assert outcome.reattached and outcome.job_id == 1 and outcome.job.user == ME
+def probe(user: str = ME) -> list[SlurmReply]:
+    """What Slurm answers the held job that tells the caller its user: submitted, read, cancelled."""
+    job = copy.deepcopy(recorded("job_pending"))
+    job["jobs"][0].update(job_id=1, user_name=user)
+    return [named("submit"), SlurmReply.from_structured(200, job), named("cancel")]
+
+
+@pytest.mark.parametrize("older", ["mine", "theirs"])
+def test_with_the_user_unknown_it_is_learnt_from_a_held_job_before_any_job_is_taken(older):
+    """Without slurm_user, whose job is whose is learnt from a job the caller certainly submitted: a held
+    one, named at random, cancelled at once. Another user's job under the task's name is never taken,
+    even when it is the older one (submitted under the predicted name before the task's first try)."""
+    theirs = "RUNNING" if older == "theirs" else None
+    queue = active("RUNNING", user="mallory")  # job 10
+    db = accounted("COMPLETED") if older == "mine" else accounted()  # job 1 (older), ours
+    answers = [queue, db, *probe()] + ([named("submit")] if theirs else [])
+    outcome, calls = drive(submit_once(V, SPEC, ident(2)), answers)
+    assert outcome.user == ME
+    probe_submit = calls[2]
+    assert probe_submit.method == "POST" and probe_submit.body["job"]["hold"] is True
+    assert (
+        probe_submit.body["job"]["name"].startswith("slurmapi-whoami-") and len(probe_submit.body["job"]["name"]) == 32
+    )
+    assert (calls[3].method, calls[4].method) == ("GET", "DELETE")
+    if older == "mine":
+        assert outcome.reattached and outcome.job_id == 1 and outcome.job.user == ME
+    else:
+        assert not outcome.reattached and calls[-1].method == "POST"  # its own job, not mallory's 10
+
+
+def test_no_job_under_the_tasks_name_needs_no_held_job():
+    outcome, calls = drive(submit_once(V, SPEC, ident()), [active(), accounted(), named("submit")])
+    assert not outcome.reattached and [c.method for c in calls] == ["GET", "GET", "POST"] and outcome.user is None
 
 
 def test_an_earlier_runs_active_job_of_another_user_is_not_cancelled():
@@ -172,17 +202,19 @@ def test_an_earlier_runs_active_job_of_another_user_is_not_cancelled():
 )
 def test_a_submit_of_unknown_fate_is_looked_for_not_resent(error):
     outcome, calls = drive(
-        submit_once(V, SPEC, ident()), [active(), accounted(), error, active("PENDING"), accounted()]
+        submit_once(V, SPEC, ident(), user=ME), [active(), accounted(), error, active("PENDING"), accounted()]
     )
     assert outcome.reattached and outcome.job_id == 10
     assert [c.method for c in calls].count("POST") == 1
     with pytest.raises(SubmitOutcomeUnknownError, match="not submitted again"):
-        drive(submit_once(V, SPEC, ident()), [active(), accounted(), error, active(), accounted()])
+        drive(submit_once(V, SPEC, ident(), user=ME), [active(), accounted(), error, active(), accounted()])
 
 
 def test_reattach_off_still_looks_after_a_submit_of_unknown_fate():
     lost = GoogleApiError(503, "UNAVAILABLE", "after the submit")
-    outcome, calls = drive(submit_once(V, SPEC, ident(), reattach=False), [lost, active("RUNNING"), accounted()])
+    outcome, calls = drive(
+        submit_once(V, SPEC, ident(), reattach=False, user=ME), [lost, active("RUNNING"), accounted()]
+    )
     assert outcome.reattached and [c.method for c in calls] == ["POST", "GET", "GET"]
 
 
@@ -199,18 +231,18 @@ def test_reattach_off_still_looks_after_a_submit_of_unknown_fate():
 )
 def test_a_submit_that_certainly_did_nothing_is_not_looked_for(error):
     with pytest.raises(type(error)):
-        drive(submit_once(V, SPEC, ident()), [active(), accounted(), error])
+        drive(submit_once(V, SPEC, ident(), user=ME), [active(), accounted(), error])
 
 
 def test_accounting_down_blocks_only_later_tries():
     down = named("slurmdb_job_slurmdbd_down")
-    outcome, _ = drive(submit_once(V, SPEC, ident(1)), [active(), down, named("submit")])
+    outcome, _ = drive(submit_once(V, SPEC, ident(1), user=ME), [active(), down, named("submit")])
     assert not outcome.reattached
     with pytest.raises(SlurmAccountingUnavailableError):
-        drive(submit_once(V, SPEC, ident(2)), [active(), down])
+        drive(submit_once(V, SPEC, ident(2), user=ME), [active(), down])
     # The first try after a clear: no earlier try of its run can have submitted.
     cleared = ident(4, 4)
-    outcome, _ = drive(submit_once(V, spec(cleared), cleared), [active(), down, named("submit")])
+    outcome, _ = drive(submit_once(V, spec(cleared), cleared, user=ME), [active(), down, named("submit")])
     assert not outcome.reattached
 
 
@@ -246,7 +278,7 @@ def test_the_run_of_tries_starts_after_the_last_clear(try_number, max_tries, ret
 def test_an_earlier_runs_active_job_is_cancelled_and_the_cleared_task_submits_anew():
     cleared = ident(4, 4)
     outcome, calls = drive(
-        submit_once(V, spec(cleared), cleared),
+        submit_once(V, spec(cleared), cleared, user=ME),
         [active("RUNNING", name=ident(3, 1).job_name("dag.train")), accounted(), named("cancel"), named("submit")],
     )
     assert [c.method for c in calls] == ["GET", "GET", "DELETE", "POST"]
@@ -258,7 +290,7 @@ def test_an_earlier_runs_active_job_is_cancelled_and_the_cleared_task_submits_an
 def test_an_earlier_runs_completed_job_is_not_taken_for_this_run():
     # Accounting is searched by this run's exact name: an earlier run's job is not in its answer.
     cleared = ident(3, 3)
-    outcome, calls = drive(submit_once(V, spec(cleared), cleared), [active(), accounted(), named("submit")])
+    outcome, calls = drive(submit_once(V, spec(cleared), cleared, user=ME), [active(), accounted(), named("submit")])
     assert not outcome.reattached and outcome.cancelled == []
     assert [c.method for c in calls] == ["GET", "GET", "POST"]
 
@@ -266,7 +298,7 @@ def test_an_earlier_runs_completed_job_is_not_taken_for_this_run():
 def test_a_job_of_this_run_is_reattached_on_a_retry():
     retry = ident(5, 4)
     outcome, calls = drive(
-        submit_once(V, spec(retry), retry),
+        submit_once(V, spec(retry), retry, user=ME),
         [active("RUNNING", name=ident(4, 4).job_name("dag.train")), accounted()],
     )
     assert outcome.reattached and outcome.job_id == 10
@@ -274,7 +306,7 @@ def test_a_job_of_this_run_is_reattached_on_a_retry():
 
 
 def test_reattach_off_submits_straight_away():
-    outcome, calls = drive(submit_once(V, SPEC, ident(), reattach=False), [named("submit")])
+    outcome, calls = drive(submit_once(V, SPEC, ident(), reattach=False, user=ME), [named("submit")])
     assert len(calls) == 1 and not outcome.reattached
 
 
@@ -291,7 +323,9 @@ def one_job(name: str, *, job_id: int, job_name: str = NAME, user: str = ME) -> 
 
 
 def test_a_job_recorded_by_an_earlier_try_is_reattached_with_one_call():
-    outcome, calls = drive(submit_once(V, SPEC, ident(2), known_job_id=42), [one_job("job_running", job_id=42)])
+    outcome, calls = drive(
+        submit_once(V, SPEC, ident(2), known_job_id=42, user=ME), [one_job("job_running", job_id=42)]
+    )
     assert outcome.reattached and outcome.job_id == 42
     assert [(c.method, c.path) for c in calls] == [("GET", "/slurm/v0.0.42/job/42")]
 
@@ -299,7 +333,7 @@ def test_a_job_recorded_by_an_earlier_try_is_reattached_with_one_call():
 def test_the_recorded_job_names_the_callers_user_for_the_search():
     # The recorded job failed; the search then refuses a newer copy of its name by another user.
     outcome, calls = drive(
-        submit_once(V, SPEC, ident(2), known_job_id=42),
+        submit_once(V, SPEC, ident(2), known_job_id=42, user=ME),
         [one_job("job_failed", job_id=42), active("RUNNING", user="mallory"), accounted(), named("submit")],
     )
     assert not outcome.reattached and calls[-1].method == "POST"
@@ -322,7 +356,31 @@ def test_a_recorded_job_that_cannot_be_reused_leaves_the_decision_to_the_search(
     search = [active("RUNNING", name=earlier_name) if earlier else active(), accounted()]
     cancel = [named("cancel")] if earlier else []
     outcome, calls = drive(
-        submit_once(V, spec(identity), identity, known_job_id=42), [*known, *search, *cancel, named("submit")]
+        submit_once(V, spec(identity), identity, known_job_id=42, user=ME), [*known, *search, *cancel, named("submit")]
     )
     assert not outcome.reattached and outcome.cancelled == ([10] if earlier else [])
     assert calls[-1].method == "POST"
+
+
+def test_a_held_job_whose_submit_reply_was_lost_is_found_by_its_random_name_and_cancelled():
+    from airflow_provider_slurmapi.api.reattach import caller_user
+
+    op = caller_user(V, SPEC)
+    submit = next(op)
+    assert submit.body is not None
+    name = submit.body["job"]["name"]
+    listing = active("PENDING", name=name, user=ME)  # job 10, ours
+    copy_of_it = active("PENDING", name=name, user="mallory")  # a later copy of the name: job 10 too, replaced
+    copy_of_it.body["jobs"][0]["job_id"] = 11
+    listing.body["jobs"].append(copy_of_it.body["jobs"][0])
+    read = op.throw(GoogleApiError(503, "UNAVAILABLE", "after the submit"))
+    assert read.method == "GET" and read.path == f"/slurm/{V}/jobs/"
+    get = op.send(listing)
+    assert get.path == f"/slurm/{V}/job/10"
+    one = copy.deepcopy(recorded("job_pending"))
+    one["jobs"][0].update(job_id=10, user_name=ME, name=name)
+    cancel = op.send(SlurmReply.from_structured(200, one))
+    assert (cancel.method, cancel.path) == ("DELETE", f"/slurm/{V}/job/10")
+    with pytest.raises(StopIteration) as done:
+        op.send(named("cancel"))
+    assert done.value.value == ME
