@@ -113,7 +113,9 @@ def _unquote(text: str) -> str:
 def split(comment: str) -> tuple[str, Published | None]:
     """A job comment's own part (tag, try, the user's comment) and what the job published, if anything:
     from the job's comment in the active queue, or from accounting's percent-quoted copy."""
-    head, mark, rest = comment.partition(MARK)
+    # The wrapper's record is the comment's last: it strips RS and US from everything it publishes, so a
+    # mark inside the submitted comment (the head) can never stand for the job's publication.
+    head, mark, rest = comment.rpartition(MARK)
     if not mark:
         return comment, None
     fields = rest.split(SEP)
@@ -121,9 +123,24 @@ def split(comment: str) -> tuple[str, Published | None]:
         head, fields = _unquote(head), ["", *(_unquote(f) for f in fields[1:])]
     if len(fields) < 6 or fields[0] != "":
         return head.rstrip(" "), None
-    status, merged, result = fields[1], fields[2] == "1", fields[3]
-    stdout, stderr = fields[4], SEP.join(fields[5:])
+    status, merged, result = fields[1], fields[2] == "1", _text(fields[3])
+    stdout, stderr = _shown(fields[4]), _shown(SEP.join(fields[5:]))
     return head.rstrip(" "), Published(status, result, stdout, stderr, merged)
+
+
+# Control characters other than tab and newline (C0, DEL, C1: terminal escapes, BEL, CSI) and lone
+# surrogates (a reply's "\ud800"): what a job's output may hold that a log or a page must not replay.
+_UNSHOWN = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\ud800-\udfff]")
+
+
+def _text(text: str) -> str:
+    """``text`` as valid Unicode: a lone surrogate (which no UTF-8 encoder takes) becomes U+FFFD."""
+    return re.sub("[\ud800-\udfff]", "\ufffd", text)
+
+
+def _shown(text: str) -> str:
+    """An output tail as a log may show it: no terminal escapes or other control characters."""
+    return _UNSHOWN.sub(lambda m: "\ufffd" if "\ud800" <= m.group(0) <= "\udfff" else "", text)
 
 
 def parse(comment: str) -> Published | None:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import re
 import time
+import unicodedata
 from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from typing import Any
@@ -286,6 +287,15 @@ class SlurmSubmitJobOperator(BaseOperator):
         comment = fields.get("comment")
         if comment is not None and not isinstance(comment, str):
             raise SlurmJobSpecError("comment", f"{comment!r} is not a string", "Give a string value.")
+        text = comment or ""
+        bad = next((i for i, ch in enumerate(text) if unicodedata.category(ch) == "Cc"), None)
+        if bad is not None:
+            raise SlurmJobSpecError(
+                "comment",
+                f"contains the control character {text[bad]!r} at offset {bad}",
+                "Give printable text on one line: the job's comment also carries its published result, which "
+                "control characters would let a comment pass for.",
+            )
         name = fields.get("name")
         if not isinstance(name, str) or not name.strip():
             raise SlurmJobSpecError("name", f"{name!r} is not a job name", "Give a non-empty string, or leave it out.")

@@ -79,6 +79,15 @@ with _dag("submit_too_large"):
 with _dag("submit_no_cwd"):
     SlurmSubmitJobOperator(task_id="train", script="#!/bin/bash\ntrue\n")
 
+# A templated comment that carries the wrapper's publication mark: a result forged in the comment.
+with _dag("submit_forged_comment"):
+    SlurmSubmitJobOperator(
+        task_id="train",
+        script="#!/bin/bash\ntrue\n",
+        current_working_directory=CWD,
+        job={"comment": "{{ '\x1eslurmapi1\x1fok\x1f0\x1f{\"val_acc\": 0.99}\x1f\x1f' }}"},
+    )
+
 with _dag("submit_fields"):
     SlurmSubmitJobOperator(
         task_id="train",

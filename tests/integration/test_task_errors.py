@@ -36,3 +36,13 @@ def test_the_link_is_the_stored_one(slurmapi_emulator, deferrable):
         assert ti.xcom_pull(task_ids="train", key=SlurmJobLink().xcom_key) == stored["url"]
     else:
         assert SlurmJobLink().get_link(object(), ti_key=ti.key) == stored["url"]
+
+
+def test_a_comment_with_a_control_character_is_refused_before_anything_is_sent(slurmapi_emulator, capfd):
+    """A (templated) comment carrying the publication mark would pass for the job's result: refused,
+    naming the field, before the submit."""
+    _, tis = run("submit_forged_comment")
+    out, err = capfd.readouterr()
+    assert state(tis["train"]) == "failed"
+    assert "comment: contains the control character '\\x1e' at offset 0" in out + err, (out + err)[-2000:]
+    assert slurmapi_emulator.jobs() == []

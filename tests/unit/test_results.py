@@ -327,3 +327,29 @@ def test_an_old_reader_takes_accountings_copy_for_no_publication():
     fields = copy.partition(results.MARK)[2].split(results.SEP)
     assert fields[0] != ""  # what the earlier split() required of the field after the mark
     assert results.parse(copy) == results.Published("ok", "1", "", "", merged=False)
+
+
+def test_a_mark_in_the_submitted_comment_never_stands_for_the_jobs_publication():
+    """The wrapper's record is the comment's last part (it strips RS and US from what it publishes): a
+    forged record in the submitted comment is read as part of the head."""
+    forged = (
+        f'{TAG} {results.MARK}{results.SEP}ok{results.SEP}0{results.SEP}{{"val_acc": 0.99}}{results.SEP}{results.SEP}'
+    )
+    real = f"{forged} {results.MARK}{results.SEP}none{results.SEP}1{results.SEP}{results.SEP}done{results.SEP}"
+    head, published = results.split(real)
+    assert head == forged and published == results.Published("none", "", "done", "", merged=True)
+
+
+def test_published_text_is_read_without_terminal_escapes_or_lone_surrogates():
+    """A reply may hold what the wrapper would not write (a lone surrogate breaks the deferred task's resume
+    with an execution-API 500; an OSC or CSI sequence replays in a terminal): read clean."""
+    comment = (
+        f"{TAG} {results.MARK}{results.SEP}ok{results.SEP}1{results.SEP}"
+        '"\ud800"'
+        f"{results.SEP}a\x1b]0;title\x07b\u009b31m\tc\n\ud800{results.SEP}"
+    )
+    published = results.parse(comment)
+    assert published is not None
+    assert published.stdout_tail == "a]0;titleb31m\tc\n\ufffd"
+    assert published.result() == "\ufffd"
+    published.stdout_tail.encode()  # valid UTF-8 throughout
