@@ -55,9 +55,13 @@ def check_version(version: str, *, allow_auto: bool = True) -> str:
     return value
 
 
+# Slurm's job ids (and array task ids) are 32-bit unsigned integers.
+MAX_JOB_ID = 2**32 - 1
+
+
 def check_job_id(job_id: object) -> str:
     """A job id as it goes into a path: a positive integer, or ``"123_4"`` for an array task."""
-    if type(job_id) is str and job_id.isascii() and job_id.isdigit() and job_id.strip("0"):
+    if type(job_id) is str and job_id.isascii() and job_id.isdigit() and job_id.strip("0") and len(job_id) < 10:
         return job_id  # the common case (the poller's thousands of ids per tick), checked cheaply
     if isinstance(job_id, bool) or not isinstance(job_id, (int, str)):
         raise SlurmJobSpecError(
@@ -69,6 +73,12 @@ def check_job_id(job_id: object) -> str:
             "job_id",
             f"{job_id!r} is not a Slurm job id",
             "Pass a positive integer such as 1234 (or '1234_5' for one task of an array).",
+        )
+    if any(int(part) > MAX_JOB_ID for part in text.split("_")):
+        raise SlurmJobSpecError(
+            "job_id",
+            f"{job_id!r} is beyond Slurm's range (job ids and array task ids are 32-bit, at most {MAX_JOB_ID})",
+            "Pass the id that submit returned.",
         )
     return text
 

@@ -166,6 +166,9 @@ CASES: list[tuple[str, Callable[[], object], str]] = [
     ("job id float", job_id(1.5), "job_id"),
     ("job id None", job_id(None), "job_id"),
     ("job id with query", job_id("1?x=2"), "job_id"),
+    ("job id past 32 bits", job_id(2**32), "job_id"),
+    ("job id past 32 bits as text", job_id("99999999999999999"), "job_id"),
+    ("array task id past 32 bits", job_id("5_4294967296"), "job_id"),
     # operator arguments
     ("poll_interval zero", op(poll_interval=0), "poll_interval"),
     ("poll_interval text", op(poll_interval="fast"), "poll_interval"),
