@@ -12,6 +12,8 @@ GOOGLE_ERRORS: dict[str, tuple[int, str, str]] = {
     "resource_exhausted": (429, "RESOURCE_EXHAUSTED", "Quota exceeded for quota metric 'Requests'."),
     "internal": (500, "INTERNAL", "Internal error encountered."),
     "deadline_exceeded": (504, "DEADLINE_EXCEEDED", "Deadline expired before operation could complete."),
+    "invalid_argument": (400, "INVALID_ARGUMENT", "Request contains an invalid argument."),
+    "not_found": (404, "NOT_FOUND", "Requested entity was not found."),
 }
 # The same answers *after* the call took effect (AIP-194: an UNAVAILABLE does not say nothing was done):
 # ``unavailable_after`` runs the Slurm call, then answers 503 UNAVAILABLE.

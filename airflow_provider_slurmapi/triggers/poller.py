@@ -203,8 +203,11 @@ class SharedJobPoller:
             except (GoogleApiError, SlurmApiError) as err:
                 if not _batch_unsupported(err):
                     raise
-                log.warning("Batched job-state calls refused (%s); polling one job per call from now on", err)
-                self.batched = False
+                if _batch_path_unknown(err):
+                    log.warning("Batched job-state calls refused (%s); polling one job per call from now on", err)
+                    self.batched = False
+                else:  # a 400 may be this tick's ids' doing (one bad id): one call per job this tick only
+                    log.warning("A batched job-state call was refused (%s); polling one job per call this tick", err)
         return await self._observe_each(ids)
 
     async def _observe_batched(self, version: str, ids: list[str]) -> dict[str, Observation]:
@@ -314,6 +317,12 @@ def _key(job_id: object) -> str:
         return versions.canonical_job_id(job_id)
     except SlurmJobSpecError:
         return str(job_id)
+
+
+def _batch_path_unknown(err: Any) -> bool:
+    """The cluster does not serve the batched paths at all (not just refused this call's ids)."""
+    code = err.code if isinstance(err, GoogleApiError) else getattr(err, "http_status", None)
+    return code in (404, 405)
 
 
 def _batch_unsupported(err: Any) -> bool:

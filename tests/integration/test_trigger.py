@@ -232,6 +232,41 @@ def test_the_poller_fails_the_subscribers_of_a_malformed_id_only(hook):
     assert SharedJobPoller.active() == []
 
 
+def test_a_refused_batched_read_falls_back_to_one_call_per_job_for_that_tick_only_unless_the_path_is_unknown(
+    hook, slurmapi_emulator
+):
+    """A 400 may be one id's doing: that tick reads each job on its own, and the next tick batches again.
+    A 404 says the cluster has no batched path: one call per job from then on."""
+    jobs = [submit(hook, "#!/bin/bash\nsleep 60\n") for _ in range(2)]
+
+    async def ticks() -> tuple[list[bool], list[list[str]]]:
+        client = await hook.get_async_conn()
+        poller = SharedJobPoller.get("test-batch-400", 3600.0, lambda: client)
+        queues = [poller.subscribe(job) for job in jobs]
+        batched, paths = [], []
+        for kind in ("invalid_argument", None, "not_found", None):
+            if kind:
+                slurmapi_emulator.inject_fault(kind, count=1, path_contains="/jobs/state")
+            before = len(slurmapi_emulator.calls)
+            seen = await poller.tick()
+            assert all(o.error is None and o.state is not None for o in seen.values()), seen
+            batched.append(poller.batched)
+            called = [c[1].split("?")[0] for c in slurmapi_emulator.calls[before:]]
+            paths.append([path for path in called if "/ping/" not in path])  # (the first tick finds the version)
+        for job, queue in zip(jobs, queues, strict=True):
+            await poller.unsubscribe(job, queue)
+        return batched, paths
+
+    batched, paths = asyncio.run(ticks())
+    assert batched == [True, True, False, False]
+    state_path = "/slurm/v0.0.42/jobs/state/"
+    assert state_path in paths[0] and paths[0][-2:] == [f"/slurm/v0.0.42/job/{job}" for job in jobs]
+    assert paths[1] == [state_path]  # batched again
+    assert paths[3] == [f"/slurm/v0.0.42/job/{job}" for job in jobs]
+    for job in jobs:
+        hook.cancel_job(job)
+
+
 def test_a_record_no_reader_foresaw_fails_its_own_jobs_wait_only(hook, monkeypatch, caplog):
     """One job's record that a reader cannot read (a value nobody foresaw; played by a reader that raises
     for that job alone, since the fuzzed readers no longer do): its own trigger ends with an error naming
