@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -14,6 +15,7 @@ from typing import Any
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
+_OWN_HOME = not os.environ.get("SLURMAPI_TEST_AIRFLOW_HOME")
 _HOME = os.environ.get("SLURMAPI_TEST_AIRFLOW_HOME") or tempfile.mkdtemp(prefix="slurmapi-airflow-")
 os.environ["AIRFLOW_HOME"] = _HOME
 os.environ["AIRFLOW__CORE__LOAD_EXAMPLES"] = "False"
@@ -27,6 +29,13 @@ os.environ["AIRFLOW__DAG_PROCESSOR__DAG_BUNDLE_CONFIG_LIST"] = json.dumps(
     ]
 )
 os.environ.setdefault("AIRFLOW__CORE__UNIT_TEST_MODE", "False")
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """The session's own AIRFLOW_HOME goes with it (one folder per session, and per xdist worker, was left
+    in /tmp). A home given with SLURMAPI_TEST_AIRFLOW_HOME is the caller's, and stays."""
+    if _OWN_HOME:
+        shutil.rmtree(_HOME, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
