@@ -33,10 +33,13 @@ from airflow.providers.common.compat.sdk import (
 
 from airflow_provider_slurmapi.api import checks, results
 from airflow_provider_slurmapi.api.errors import (
+    GoogleApiError,
+    SlurmApiVersionError,
     SlurmJobApiError,
     SlurmJobFailedError,
     SlurmJobSpecError,
     SlurmRequestRejectedError,
+    SlurmTransportError,
 )
 from airflow_provider_slurmapi.api.events import FAILED, SUCCESS, TIMEOUT, JobEvent
 from airflow_provider_slurmapi.api.identity import TaskIdentity, TaskTry, tagged_comment, task_instance_tag
@@ -65,8 +68,22 @@ class SlurmJobFailedNoRetry(AirflowFailException):
 STATE_STORE_KEY = "slurm_job_id"
 
 
+# Google's answers that say the connection is wrong (no such cluster, no permission, bad credentials): the
+# task's next try would meet the same answer.
+CONFIGURATION_CODES = frozenset({400, 401, 403, 404})
+
+
+def is_configuration_error(error: SlurmJobApiError) -> bool:
+    """An error a retry cannot cure: the connection or the cluster is wrong (see docs/troubleshooting.rst)."""
+    if isinstance(error, GoogleApiError):
+        return error.code in CONFIGURATION_CODES and not error.retryable
+    if isinstance(error, SlurmTransportError):  # a redirect, a TLS certificate that fails verification
+        return not error.retryable
+    return isinstance(error, SlurmApiVersionError)
+
+
 def _fail(error: SlurmJobApiError, *, retry_on_job_failure: bool) -> AirflowException:
-    if isinstance(error, (SlurmJobSpecError, SlurmRequestRejectedError)):
+    if isinstance(error, (SlurmJobSpecError, SlurmRequestRejectedError)) or is_configuration_error(error):
         return SlurmJobFailedNoRetry(str(error))
     if isinstance(error, SlurmJobFailedError) and not (error.retryable or retry_on_job_failure):
         return SlurmJobFailedNoRetry(str(error))

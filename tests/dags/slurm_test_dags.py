@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from airflow.providers.common.compat.sdk import DAG
 
@@ -78,6 +78,17 @@ with _dag("submit_too_large"):
 
 with _dag("submit_no_cwd"):
     SlurmSubmitJobOperator(task_id="train", script="#!/bin/bash\ntrue\n")
+
+# A task with retries on a connection that cannot work (set by the test): it fails once, not three times.
+with _dag("submit_wrong_connection"):
+    SlurmSubmitJobOperator(
+        task_id="train",
+        script="#!/bin/bash\ntrue\n",
+        current_working_directory=CWD,
+        slurmapi_conn_id="slurmapi_wrong",
+        retries=3,
+        retry_delay=timedelta(seconds=0),
+    )
 
 # A templated comment that carries the wrapper's publication mark: a result forged in the comment.
 with _dag("submit_forged_comment"):

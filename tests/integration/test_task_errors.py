@@ -46,3 +46,18 @@ def test_a_comment_with_a_control_character_is_refused_before_anything_is_sent(s
     assert state(tis["train"]) == "failed"
     assert "comment: contains the control character '\\x1e' at offset 0" in out + err, (out + err)[-2000:]
     assert slurmapi_emulator.jobs() == []
+
+
+@pytest.mark.parametrize("wrong", ["cluster_id", "permission"])
+def test_a_connection_that_cannot_work_fails_the_task_without_its_retries(slurmapi_emulator, monkeypatch, wrong):
+    """Google's 404 (no such cluster) or 403 (no permission) answers every try alike: the task fails at
+    once (AirflowFailException), it does not spend its three retries; the log says what to fix."""
+    extra = {"cluster_id": "no-such-cluster"} if wrong == "cluster_id" else {}
+    conn = slurmapi_emulator.connection_json(retries=0, **extra)
+    monkeypatch.setenv("AIRFLOW_CONN_SLURMAPI_WRONG", conn)
+    if wrong == "permission":
+        slurmapi_emulator.allowed_principals.clear()  # (this test's own emulator) nobody may run jobs
+    _, tis = run("submit_wrong_connection")
+    ti = tis["train"]
+    assert state(ti) == "failed" and ti.try_number == 1, (state(ti), ti.try_number)
+    assert slurmapi_emulator.jobs() == []
