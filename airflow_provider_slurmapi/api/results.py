@@ -420,6 +420,12 @@ def _tail_text(what: str, tail: str) -> str:
 
 
 def _why_nothing(summary: Mapping[str, Any]) -> str:
+    state = str(summary.get("state") or "").split(" ")[0]
+    if state.startswith("CANCELLED"):
+        return (
+            "the job was cancelled before it published anything (Slurm refuses a job's update of its own record "
+            "once it is cancelled; a job cancelled while it ran shows only what it published before)"
+        )
     if summary.get("source") == "slurmdb":
         return (
             "the job had left Slurm's active queue (MinJobAge) when its final record was read, and its "

@@ -353,3 +353,16 @@ def test_published_text_is_read_without_terminal_escapes_or_lone_surrogates():
     assert published.stdout_tail == "a]0;titleb31m\tc\n\ufffd"
     assert published.result() == "\ufffd"
     published.stdout_tail.encode()  # valid UTF-8 throughout
+
+
+@pytest.mark.parametrize("state", ["CANCELLED", "CANCELLED by 1000"])
+def test_a_cancelled_job_that_published_nothing_is_said_to_be_cancelled(state):
+    """Not "killed by SIGKILL ... or a failed launch": a user's cancel is what ended it."""
+    reading = results.read({"job_id": 7, "display_id": "7", "state": state, "source": "slurm", "published": None})
+    assert reading.unread.startswith("the job was cancelled before it published anything"), reading.unread
+    assert "SIGKILL" not in reading.log[0]
+
+
+def test_a_job_that_published_nothing_for_another_reason_is_told_apart():
+    reading = results.read({"job_id": 7, "display_id": "7", "state": "FAILED", "source": "slurm", "published": None})
+    assert "did not reach its end" in reading.unread
