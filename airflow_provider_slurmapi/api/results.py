@@ -14,7 +14,7 @@ accounting read that ends every wait carries it (no read of the active queue).
 and runs it with the interpreter of its own ``#!`` line (its exit code, signals and ``$SLURM_*``
 environment unchanged), then, on any exit, appends to the job's comment (the task-instance tag first,
 kept as it is) a :data:`MARK` and four fields: the state of the result file the job wrote to
-``$SLURMAPI_RETURN_FILE`` (``ok``, ``none``, ``big:<bytes>``), the result, and the last lines of the
+``$SLURMAPI_RETURN_FILE`` (``ok``, ``none``, ``big:<bytes>``, ``nul``), the result, and the last lines of the
 job's stdout and stderr, cut to what the comment holds; and the same, percent-quoted (:data:`QUOTED`),
 as the job's accounting comment, when ``sacctmgr`` is on the node and ``$SLURMAPI_PUBLISH_ACCOUNTING``
 is not ``0``. :func:`parse` reads either back.
@@ -41,14 +41,14 @@ DEFAULT_TAIL_LINES = 50
 MAX_TAIL_LINES = 10000
 # What the wrapper's fields cost beyond the head: " " + MARK + 5 separators + the longest status.
 _OVERHEAD = 1 + len(MARK) + 5 + len("big:99999999999")
-RESULT_OK, RESULT_NONE, RESULT_BIG = "ok", "none", "big"
+RESULT_OK, RESULT_NONE, RESULT_BIG, RESULT_NUL = "ok", "none", "big", "nul"
 
 
 @dataclass(frozen=True)
 class Published:
     """What a job's wrapper published: its result (as text) and the tails of its output."""
 
-    result_status: str  # ok / none / big:<bytes>
+    result_status: str  # ok / none / big:<bytes> / nul (the file holds a NUL byte)
     result_text: str
     stdout_tail: str
     stderr_tail: str
@@ -88,16 +88,57 @@ class Published:
                 f"holds (at most {COMMENT_LIMIT} bytes less the task's tag): write a smaller JSON value, e.g. "
                 "metrics and the path of a file with the rest"
             )
+        if self.result_status == RESULT_NUL:
+            raise ResultError(
+                "the job's result file ($SLURMAPI_RETURN_FILE) holds a NUL byte, which no JSON text holds: write "
+                "JSON text (json.dump in Python)"
+            )
         try:
-            return json.loads(self.result_text)
+            value = json.loads(self.result_text, parse_constant=_refuse_constant)
+        except RecursionError:
+            raise ResultError(
+                f"the job's result file ($SLURMAPI_RETURN_FILE) nests deeper than {MAX_RESULT_DEPTH} levels"
+            ) from None
         except ValueError as err:
             raise ResultError(
                 f"the job's result file ($SLURMAPI_RETURN_FILE) is not valid JSON ({err}): {self.result_text[:200]!r}"
             ) from None
+        if _depth(value) > MAX_RESULT_DEPTH:
+            raise ResultError(
+                f"the job's result file ($SLURMAPI_RETURN_FILE) nests deeper than {MAX_RESULT_DEPTH} levels, more "
+                "than an XCom holds: flatten it"
+            )
+        return value
 
 
 class ResultError(ValueError):
     """A job's published result that cannot be used: too large, or not JSON."""
+
+
+# How deep a result may nest (lists and objects): Airflow's XCom serialization gives up well before
+# Python's recursion limit, with an error that says nothing of the result.
+MAX_RESULT_DEPTH = 64
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(
+        f"{name} is not a JSON number (NaN and Infinity are JavaScript's, not JSON's): write null or a string"
+    )
+
+
+def _depth(value: Any) -> int:
+    """How deep ``value`` nests (a scalar: 0), without recursion."""
+    deepest, stack = 0, [(value, 0)]
+    while stack:
+        item, level = stack.pop()
+        deepest = max(deepest, level)
+        if deepest > MAX_RESULT_DEPTH:
+            return deepest
+        if isinstance(item, dict):
+            stack.extend((inner, level + 1) for inner in item.values())
+        elif isinstance(item, list):
+            stack.extend((inner, level + 1) for inner in item)
+    return deepest
 
 
 # Accounting's copy of a publication (written with sacctmgr, which turns quotes into backticks) has these
@@ -232,7 +273,9 @@ status=none
 result=
 if [ -f "$SLURMAPI_RETURN_FILE" ]; then
     size=$(wc -c < "$SLURMAPI_RETURN_FILE" | tr -d ' ')
-    if [ "$size" -le "$room" ]; then
+    if [ "$(tr -cd '\\000' < "$SLURMAPI_RETURN_FILE" | wc -c)" -gt 0 ]; then
+        status=nul
+    elif [ "$size" -le "$room" ]; then
         status=ok
         result=$(tr -d '\\036\\037' < "$SLURMAPI_RETURN_FILE")
     else

@@ -366,3 +366,21 @@ def test_a_cancelled_job_that_published_nothing_is_said_to_be_cancelled(state):
 def test_a_job_that_published_nothing_for_another_reason_is_told_apart():
     reading = results.read({"job_id": 7, "display_id": "7", "state": "FAILED", "source": "slurm", "published": None})
     assert "did not reach its end" in reading.unread
+
+
+@pytest.mark.parametrize(
+    ("written", "said"),
+    [
+        ("printf '{\"loss\": NaN}'", "NaN is not a JSON number"),
+        ("printf '[Infinity]'", "Infinity is not a JSON number"),
+        ('python3 -c \'print("[" * 100 + "]" * 100)\'', "nests deeper than 64 levels"),
+        ("printf '{\"a\": 1}\\000'", "holds a NUL byte"),
+    ],
+    ids=["NaN", "Infinity", "deep", "NUL"],
+)
+def test_a_result_json_cannot_carry_is_refused_with_a_clear_message(tmp_path, written, said):
+    rc, comments, _, _ = run(tmp_path, f'#!/bin/sh\n{written} > "$SLURMAPI_RETURN_FILE"\n')
+    published = results.parse(comments[-1])
+    assert rc == 0 and published is not None and published.has_result
+    with pytest.raises(results.ResultError, match=said):
+        published.result()
