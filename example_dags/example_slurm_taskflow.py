@@ -24,7 +24,7 @@ def example_slurm_taskflow():
     )
     def tokenize(shards: list[str]) -> str:
         # Runs in the worker; the script it returns runs on the cluster (templated, like ``script``).
-        lines = "\n".join(f'echo "tokenizing {shard} for {{{{ ds }}}} in job $SLURM_JOB_ID"' for shard in shards)
+        lines = "\n".join(f'echo "tokenizing {shard} for {{{{ run_id }}}} in job $SLURM_JOB_ID"' for shard in shards)
         return f"#!/bin/bash\nset -euo pipefail\n{lines}\n"
 
     # [END howto_decorator_slurm_script]
