@@ -66,6 +66,10 @@ class EndedJobFilter:
                 f"names {', '.join(unknown)}, which are not states a job ends in",
                 f"Use some of {', '.join(sorted(TERMINAL_STATES))}.",
             )
+        if name_prefix is not None and not isinstance(name_prefix, str):
+            raise SlurmJobSpecError(
+                "name_prefix", f"is {name_prefix!r}", "Give the start of the job names, e.g. 'train-'."
+            )
         return cls(
             users=_names(users, "users"),
             names=_names(names, "names"),
@@ -95,6 +99,8 @@ class EndedJobFilter:
 def _names(value: str | Sequence[str] | None, field_name: str) -> tuple[str, ...]:
     if value is None:
         return ()
+    if not isinstance(value, (str, list, tuple, set, frozenset)):
+        raise SlurmJobSpecError(field_name, f"is {value!r}", "Give a name or a list of non-empty names.")
     items = [value] if isinstance(value, str) else list(value)
     if not all(isinstance(item, str) and item.strip() for item in items):
         raise SlurmJobSpecError(field_name, f"is {value!r}", "Give a name or a list of non-empty names.")

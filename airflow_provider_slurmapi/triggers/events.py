@@ -49,6 +49,8 @@ log = logging.getLogger(__name__)
 
 STREAM = "slurmapi-ended-jobs"
 STATE_KEY = "slurmapi.ended_jobs"
+# The longest poll_interval or settle a watcher takes (a week): each poll reads settle + 2 x interval back.
+MAX_WINDOW = 7 * 86400
 # Failed reads of the gap a restarted watcher missed before it gives that gap up (and says which it was).
 GAP_TRIES = 5
 
@@ -93,6 +95,14 @@ class SlurmJobEventTrigger(BaseEventTrigger):
         )
         self.poll_interval = checks.seconds(poll_interval, "poll_interval")
         self.settle = checks.seconds(settle, "settle", zero=True)
+        for field_name, value in (("poll_interval", self.poll_interval), ("settle", self.settle)):
+            if value > MAX_WINDOW:
+                raise SlurmJobSpecError(
+                    field_name,
+                    f"{value:g} s is more than a week",
+                    "Each poll reads the jobs that ended in the last settle + 2 x poll_interval seconds: keep "
+                    "both under a week (settle covers slurmdbd's lag, minutes at most).",
+                )
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         wanted = self.wanted

@@ -50,6 +50,26 @@ def test_a_bad_filter_names_the_field_and_the_fix():
         EndedJobFilter.of(names=["ok", ""])
 
 
+@pytest.mark.parametrize(
+    ("arguments", "field"),
+    [
+        ({"users": 5}, "users"),
+        ({"partitions": {"gpu": 1}}, "partitions"),
+        ({"name_prefix": 7}, "name_prefix"),
+        ({"name_prefix": ["train-"]}, "name_prefix"),
+        ({"settle": 1e15}, "settle"),
+        ({"poll_interval": 10**9}, "poll_interval"),
+    ],
+    ids=repr,
+)
+def test_the_event_trigger_refuses_arguments_of_the_wrong_type_or_size_when_built(arguments, field):
+    """In the DAG file, naming the field (a bad type raised a bare TypeError, or matched nothing, later)."""
+    from airflow_provider_slurmapi.triggers.events import SlurmJobEventTrigger
+
+    with pytest.raises(SlurmJobSpecError, match=f"^{field}: "):
+        SlurmJobEventTrigger(**arguments)
+
+
 def test_each_job_fires_once_and_a_late_arrival_within_the_settle_window_still_fires():
     everything = jobs()
     first, cancelled, failed = sorted((j for j in everything if j.state.is_terminal), key=lambda j: j.job_id)
