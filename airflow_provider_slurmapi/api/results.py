@@ -84,31 +84,29 @@ class Published:
         if self.result_status.startswith(RESULT_BIG):
             size = self.result_status.partition(":")[2]
             raise ResultError(
-                f"the job's result file ($SLURMAPI_RETURN_FILE) is {size} bytes, more than its Slurm comment "
+                f"{RESULT_FILE_WORDS} is {size} bytes, more than its Slurm comment "
                 f"holds (at most {COMMENT_LIMIT} bytes less the task's tag): write a smaller JSON value, e.g. "
                 "metrics and the path of a file with the rest"
             )
         if self.result_status == RESULT_NUL:
             raise ResultError(
-                "the job's result file ($SLURMAPI_RETURN_FILE) holds a NUL byte, which no JSON text holds: write "
-                "JSON text (json.dump in Python)"
+                f"{RESULT_FILE_WORDS} holds a NUL byte, which no JSON text holds: write JSON text (json.dump in Python)"
             )
         try:
             value = json.loads(self.result_text, parse_constant=_refuse_constant)
         except RecursionError:
-            raise ResultError(
-                f"the job's result file ($SLURMAPI_RETURN_FILE) nests deeper than {MAX_RESULT_DEPTH} levels"
-            ) from None
+            raise ResultError(f"{RESULT_FILE_WORDS} nests deeper than {MAX_RESULT_DEPTH} levels") from None
         except ValueError as err:
-            raise ResultError(
-                f"the job's result file ($SLURMAPI_RETURN_FILE) is not valid JSON ({err}): {self.result_text[:200]!r}"
-            ) from None
+            raise ResultError(f"{RESULT_FILE_WORDS} is not valid JSON ({err}): {self.result_text[:200]!r}") from None
         if _depth(value) > MAX_RESULT_DEPTH:
             raise ResultError(
-                f"the job's result file ($SLURMAPI_RETURN_FILE) nests deeper than {MAX_RESULT_DEPTH} levels, more "
-                "than an XCom holds: flatten it"
+                f"{RESULT_FILE_WORDS} nests deeper than {MAX_RESULT_DEPTH} levels, more than an XCom holds: flatten it"
             )
         return value
+
+
+# How messages name a job's result; ``@task.slurm`` names the function's return value instead.
+RESULT_FILE_WORDS = "the job's result file ($SLURMAPI_RETURN_FILE)"
 
 
 class ResultError(ValueError):

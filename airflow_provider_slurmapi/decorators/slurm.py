@@ -147,6 +147,7 @@ class _SlurmPythonDecoratedOperator(_SlurmDecoratedOperator):
         # anything is sent); the task's run uses this copy.
         self._source = pyjob.function_source(python_callable)
         super().__init__(python_callable=python_callable, **kwargs)
+        self.result_source = f"the return value of {python_callable.__name__}()"
 
     def execute(self, context: Any) -> Any:
         try:

@@ -438,6 +438,9 @@ class SlurmSubmitJobOperator(BaseOperator):
             )
         return self._succeeded(job.job_id, reading)
 
+    # What the job's result is, in messages (``@task.slurm``: the function's return value).
+    result_source = ""
+
     def _succeeded(self, job_id: int, reading: results.Reading | None) -> Any:
         """The task's return value once its job succeeded: the job id (``@task.slurm``: the function's,
         from ``reading``, what the job published; None when ``publish_results`` is off or nothing ended)."""
@@ -451,6 +454,8 @@ class SlurmSubmitJobOperator(BaseOperator):
         if not self.publish_results:
             return None
         reading = results.read(summary)
+        if reading.error and self.result_source:
+            reading.error = reading.error.replace(results.RESULT_FILE_WORDS, self.result_source)
         for line in reading.log:
             # the job's own output: what Airflow masks stays masked (also where a log handler would not)
             self.log.info("%s", redact(line))

@@ -100,6 +100,11 @@ with _dag("taskflow_python_raises"):
 
         sys.exit(0)  # the job succeeds, but the function never returned
 
+    @task.slurm(**WHERE)
+    def returns_too_much() -> str:
+        return "x" * 5000  # more than a Slurm comment holds
+
     diverges(7)
     diverges_deferred(8)
     exits_early()
+    returns_too_much()

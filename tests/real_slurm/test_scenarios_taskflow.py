@@ -88,3 +88,6 @@ def test_a_function_that_raises_or_never_returns_fails_its_task_saying_why(backe
     assert hook.get_job(job_id).state.base == "COMPLETED"
     assert f"Slurm job {job_id} succeeded, but the return value of exits_early() could not be read" in log
     assert "exits_early() did not return" in log
+    # A return value too large for the comment is named as the function's, not as $SLURMAPI_RETURN_FILE.
+    assert "the return value of returns_too_much() is 5002 bytes, more than its Slurm comment holds" in log
+    assert "SLURMAPI_RETURN_FILE" not in log
