@@ -258,7 +258,11 @@ export LC_ALL
 head={head}
 room={room}
 lines={lines}
-clean() {{ tr -d '\\000-\\010\\013-\\037\\177'; }}
+# Valid UTF-8 only (slurmrestd drops a comment that is not, and the whole publication with it): iconv -c
+# leaves out what is not UTF-8; without iconv, every byte past ASCII goes.
+iconv=$(command -v iconv)
+utf8() {{ if [ -n "$iconv" ]; then "$iconv" -f UTF-8 -t UTF-8 -c 2>/dev/null; else tr -d '\\200-\\377'; fi; }}
+clean() {{ tr -d '\\000-\\010\\013-\\037\\177' | utf8; }}
 tailof() {{
     [ "$lines" -gt 0 ] && [ -f "$1" ] && [ "$2" -gt 0 ] || return 0
     __t=$(tail -n "$lines" "$1" | clean)
@@ -275,7 +279,7 @@ if [ -f "$SLURMAPI_RETURN_FILE" ]; then
         status=nul
     elif [ "$size" -le "$room" ]; then
         status=ok
-        result=$(tr -d '\\036\\037' < "$SLURMAPI_RETURN_FILE")
+        result=$(tr -d '\\036\\037' < "$SLURMAPI_RETURN_FILE" | utf8)
     else
         status=big:$size
     fi

@@ -326,3 +326,19 @@ def test_another_users_files_in_the_shared_tmp_change_nothing(backend, monkeypat
     finally:
         clean = '#!/bin/sh\nrm -f "${TMPDIR:-/tmp}"/slurmapi-result.*.json "${TMPDIR:-/tmp}"/slurmapi-script.*.1\n'
         backend.wait_for_end(other, other.submit(backend.other_spec(clean, standard_output="squat-%j.out")).job_id)
+
+
+def test_output_that_is_not_utf8_still_publishes_the_result_and_the_tail(backend, monkeypatch):
+    """A job whose output holds bytes that are not UTF-8 (a binary dump, a Latin-1 log line): its result and
+    tail still come back, without those bytes (slurmrestd drops a comment that is not UTF-8, and the task
+    said the job "published nothing")."""
+    hook = backend.connect(monkeypatch)
+    comment = "airflow-ti:d/t/r/-1 try:1"
+    script = results.wrap_script(
+        "#!/bin/sh\nprintf 'loss \\377\\376 h\\303\\251\\nafter\\n'\nprintf '{\"ok\": 1}' > \"$SLURMAPI_RETURN_FILE\"\n",
+        comment,
+    )
+    job_id = hook.submit(backend.spec(script, comment=comment)).job_id
+    reading = results.read(backend.wait_for_end(hook, job_id).summary())
+    assert reading.has_result and reading.result == {"ok": 1}, reading
+    assert f"Slurm job {job_id} output (stdout and stderr), last 2 lines:\nloss  hé\nafter" in reading.log, reading.log

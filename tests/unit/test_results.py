@@ -73,8 +73,9 @@ def run(tmp_path: Path, script: str, *, comment: str = TAG, lines: int = 50, mer
     }
     with out.open("wb") as stdout, out.open("ab") if merged else err.open("wb") as stderr:
         proc = subprocess.run(["/bin/sh", str(wrapper)], stdout=stdout, stderr=stderr, env=environ, timeout=60)
-    comments = log.read_bytes().decode().split("\0")[:-1] if log.exists() else []
-    return proc.returncode, comments, out.read_text(), "" if merged else err.read_text()
+    comments = log.read_bytes().decode().split("\0")[:-1] if log.exists() else []  # (not UTF-8: fails here)
+    read = {"errors": "replace"}  # a job's output may be any bytes
+    return proc.returncode, comments, out.read_text(**read), "" if merged else err.read_text(**read)
 
 
 def accounted(tmp_path: Path) -> list[str]:
@@ -384,3 +385,26 @@ def test_a_result_json_cannot_carry_is_refused_with_a_clear_message(tmp_path, wr
     assert rc == 0 and published is not None and published.has_result
     with pytest.raises(results.ResultError, match=said):
         published.result()
+
+
+@pytest.mark.parametrize("with_iconv", [True, False], ids=["iconv", "no-iconv"])
+def test_output_that_is_not_utf8_is_published_without_its_bad_bytes(tmp_path, with_iconv):
+    """slurmrestd drops a comment that is not UTF-8, and the whole publication with it: the wrapper leaves
+    the bad bytes out (iconv -c; without iconv, every byte past ASCII)."""
+    script = "#!/bin/sh\nprintf 'loss \\377\\376 h\\303\\251\\nafter\\n'\nprintf '[1, \"\\377x\"]' > \"$SLURMAPI_RETURN_FILE\"\n"
+    env = None
+    if not with_iconv:
+        tools = tmp_path / "tools"
+        tools.mkdir()
+        for tool in ("cat", "rm", "tr", "wc", "tail", "sed", "date", "sleep", "mktemp", "printf"):
+            if shutil.which(tool):
+                (tools / tool).symlink_to(shutil.which(tool) or "")
+        env = {"PATH": f"{tmp_path / 'bin'}:{tools}"}
+    rc, comments, _, _ = run(tmp_path, script, env=env)
+    assert rc == 0
+    raw = comments[-1]
+    raw.encode("utf-8")  # valid UTF-8, as slurmrestd needs it
+    published = results.parse(raw)
+    assert published is not None and published.result() == [1, "x"]
+    expected = "loss  hé\nafter" if with_iconv else "loss  h\nafter"
+    assert published.stdout_tail == expected
