@@ -32,9 +32,11 @@ from typing import Any
 from airflow_provider_slurmapi.api.errors import SlurmJobSpecError
 
 DEFAULT_PYTHON_COMMAND = "python3"
+# The function the job script ends with: it calls the user's function and writes its return value.
+ENTRY_POINT = "_slurmapi_main"
 
 _RUNNER = """
-def _slurmapi_main():
+def {entry}():
     import json, os, sys, traceback
 
     call = json.loads({call!r})
@@ -54,7 +56,7 @@ def _slurmapi_main():
         out.write(text)
 
 
-_slurmapi_main()
+{entry}()
 """
 
 
@@ -74,6 +76,12 @@ def function_source(function: Callable[..., Any]) -> str:
             "python_callable",
             f"{name}() is an async or generator function",
             "Use a plain def that returns its value (run asyncio.run(...) inside it if need be).",
+        )
+    if name == ENTRY_POINT:
+        raise SlurmJobSpecError(
+            "python_callable",
+            f"is named {ENTRY_POINT}, the name of the job's own entry point",
+            "Rename the function.",
         )
     free = function.__code__.co_freevars
     if free:
@@ -99,6 +107,14 @@ def function_source(function: Callable[..., Any]) -> str:
     tree = ast.parse(source)
     for node in ast.walk(tree):
         if isinstance(node, ast.FunctionDef) and node.name == name:
+            defaults = [d for d in (*node.args.defaults, *node.args.kw_defaults) if d is not None]
+            read = sorted({n.id for d in defaults for n in ast.walk(d) if isinstance(n, ast.Name)} - set(dir(builtins)))
+            if read:
+                raise SlurmJobSpecError(
+                    "python_callable",
+                    f"the defaults of {name}() read {', '.join(read)} from its module, which the job will not have",
+                    "Write the default values themselves (or None), or pass them as arguments of the task.",
+                )
             # the def line onwards: decorators (@task.slurm(...)) are left out
             lines = source.splitlines()[node.lineno - 1 : node.end_lineno]
             return "\n".join(lines) + "\n"
@@ -130,18 +146,62 @@ def python_command(value: object) -> str:
     return value.strip()
 
 
-def call_json(args: Collection[Any], kwargs: Mapping[str, Any]) -> str:
-    """The arguments as the job receives them (JSON), or an error naming the one that is not JSON."""
+def call_json(args: Collection[Any], kwargs: Mapping[str, Any], *, literal_only: bool = False) -> str:
+    """The arguments as the job receives them (JSON), or an error naming the one that is not JSON.
+
+    ``literal_only``: when the DAG is parsed, check only the values known then (an XCom or a template
+    is resolved when the task runs, and checked then); nothing is returned.
+    """
     for label, value in _arguments(args, kwargs):
+        if literal_only and not _literal(value):
+            continue
+        key = _key_not_a_string(value)
+        if key is not None:
+            raise SlurmJobSpecError(
+                label,
+                f"has the dict key {key!r}, which JSON would turn into the string {json.dumps(str(key))}",
+                "Use string keys, so that the function gets the dict it was given.",
+            )
         try:
-            json.dumps(value)
+            json.dumps(value, allow_nan=False)
         except (TypeError, ValueError) as err:
             raise SlurmJobSpecError(
                 label,
                 f"{type(value).__name__} {value!r:.60} cannot be sent to the job as JSON ({err})",
                 "Pass JSON values (dict, list, str, int, float, bool, None), e.g. a path instead of an object.",
             ) from None
+    if literal_only:
+        return ""
     return json.dumps({"args": list(args), "kwargs": dict(kwargs)})
+
+
+def _key_not_a_string(value: Any) -> Any:
+    """The first dict key in ``value`` (at any depth) that is not a string, or None."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, Mapping):
+            for key, inner in item.items():
+                if not isinstance(key, str):
+                    return key
+                stack.append(inner)
+        elif isinstance(item, (list, tuple)):
+            stack.extend(item)
+    return None
+
+
+def _literal(value: Any) -> bool:
+    """Whether ``value`` is known when the DAG is parsed: no XCom reference or template inside it."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if type(item).__module__.startswith("airflow.") or (isinstance(item, str) and "{{" in item):
+            return False
+        if isinstance(item, Mapping):
+            stack.extend(item.values())
+        elif isinstance(item, (list, tuple)):
+            stack.extend(item)
+    return True
 
 
 def _arguments(args: Collection[Any], kwargs: Mapping[str, Any]) -> Iterator[tuple[str, Any]]:
@@ -156,7 +216,7 @@ def job_script(source: str, name: str, call: str, command: str = DEFAULT_PYTHON_
     program = (
         f"# @task.slurm: {name}() from the DAG file\nfrom __future__ import annotations\n\n"
         + source
-        + _RUNNER.format(call=call, name=name)
+        + _RUNNER.format(call=call, name=name, entry=ENTRY_POINT)
     )
     end = "SLURMAPI_PY_" + hashlib.sha256(program.encode()).hexdigest()[:16]
     return f"#!/bin/sh\nexec {command} - <<'{end}'\n{program}{end}\n"

@@ -148,6 +148,8 @@ class _SlurmPythonDecoratedOperator(_SlurmDecoratedOperator):
         self._source = pyjob.function_source(python_callable)
         super().__init__(python_callable=python_callable, **kwargs)
         self.result_source = f"the return value of {python_callable.__name__}()"
+        # Arguments known now (not an XCom or a template) are checked now, in the DAG file.
+        pyjob.call_json(self.op_args, self.op_kwargs, literal_only=True)
 
     def execute(self, context: Any) -> Any:
         try:

@@ -41,6 +41,14 @@ def uses_json_without_importing_it() -> str:
     return json.dumps({})
 
 
+def defaults_to_a_module_constant(x: float = THRESHOLD, *, y: int = len("ab")) -> float:
+    return x * y
+
+
+def _slurmapi_main() -> None:  # the job script's own entry point's name
+    return None
+
+
 def recursive(n: int) -> int:
     return 1 if n <= 1 else n * recursive(n - 1)
 
@@ -104,6 +112,8 @@ def test_the_functions_it_refuses_name_the_reason_and_the_fix():
         (reads_a_module_constant, "reads THRESHOLD from its module"),
         (uses_json_without_importing_it, "reads json from its module"),
         (len, "is not a function"),
+        (defaults_to_a_module_constant, r"the defaults of defaults_to_a_module_constant\(\) read THRESHOLD from"),
+        (_slurmapi_main, "is named _slurmapi_main, the name of the job's own entry point"),
     ]
     for function, problem in cases:
         with pytest.raises(SlurmJobSpecError, match=problem) as raised:
@@ -127,3 +137,37 @@ def test_python_command_must_be_one_command_line(command):
 
 def test_python_command_may_be_a_venv_path():
     assert pyjob.python_command(" /opt/venvs/train/bin/python ") == "/opt/venvs/train/bin/python"
+
+
+@pytest.mark.parametrize("value", [{1: "a"}, [{"ok": {2.5: 1}}]], ids=["int key", "float key, nested"])
+def test_a_dict_key_that_is_not_a_string_is_refused_not_rewritten(value):
+    """JSON would hand the function {"1": "a"} for {1: "a"}: another dict than it was given."""
+    with pytest.raises(SlurmJobSpecError, match=r"has the dict key .* which JSON would turn into the string"):
+        pyjob.call_json([value], {})
+
+
+def test_a_nan_argument_is_refused():
+    with pytest.raises(SlurmJobSpecError, match="argument 'lr'"):
+        pyjob.call_json([], {"lr": float("nan")})
+
+
+def test_literal_arguments_are_checked_when_the_dag_is_parsed_and_the_others_when_the_task_runs():
+    """A literal that is not JSON is known to be wrong when the DAG file is parsed; an XCom or a template
+    is only known when the task runs."""
+    from airflow.providers.common.compat.sdk import DAG, task
+
+    with DAG(dag_id="pyjob_parse_time", schedule=None):
+
+        @task
+        def make() -> int:
+            return 1
+
+        @task.slurm(current_working_directory="/tmp")
+        def train(x: Any, y: Any = None) -> int:
+            return 1
+
+        train(make(), y="{{ run_id }}")  # known at run time only: accepted now
+        with pytest.raises(SlurmJobSpecError, match="argument 1: object"):
+            train(object())
+        with pytest.raises(SlurmJobSpecError, match="argument 'y'"):
+            train(1, y={3: "x"})
