@@ -630,4 +630,8 @@ def test_the_page_shows_what_the_job_published_escaped_and_the_comment_without_i
     plain = render.render_job_page(
         JobView.build(tagged(job_info("job_failed"))), conn_id="c", pages_root="/s", ui_root="/", list_url="/s/jobs"
     )
-    assert 'id="published-none"' in plain
+    assert 'id="published-none">No output tail: the job did not publish one' in plain
+    running = render.render_job_page(
+        JobView.build(tagged(job_info("job_running"))), conn_id="c", pages_root="/s", ui_root="/", list_url="/s/jobs"
+    )
+    assert 'id="published-none">No output tail yet: the job publishes' in running  # not a failure, while it runs
