@@ -333,7 +333,7 @@ def _choose(jobs: list[SlurmJob], job_id: object) -> SlurmJob:
     """The record ``job_id`` names among ``jobs`` (``12_3`` picks that task). A reply that holds no record
     of that job is not Slurm's answer about it (a proxy's mix-up, a hostile reply): it is refused, never
     read as the job asked about."""
-    wanted = "_".join(str(int(part)) if part.strip().isdigit() else part for part in str(job_id).split("_"))
+    wanted = versions.canonical_job_id(job_id)
     for job in jobs:
         if job.display_id == wanted or (str(job.job_id) == wanted and job.array_task_id is None):
             return job
