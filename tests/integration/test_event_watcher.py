@@ -12,19 +12,7 @@ from airflow_provider_slurmapi.api.ended import Watermark
 from airflow_provider_slurmapi.api.spec import JobSpec
 from airflow_provider_slurmapi.hooks.slurmapi import SlurmJobApiHook
 from airflow_provider_slurmapi.triggers.events import GAP_TRIES, EndedJobs, SlurmJobEventTrigger, ended_since
-
-
-class Store:
-    """The asset's state store of Airflow 3.3's triggerer (aget/aset)."""
-
-    def __init__(self) -> None:
-        self.values: dict[str, Any] = {}
-
-    async def aget(self, key: str, default: Any = None) -> Any:
-        return self.values.get(key, default)
-
-    async def aset(self, key: str, value: Any) -> None:
-        self.values[key] = value
+from tests.fixtures import AssetStateStore
 
 
 def test_a_gap_that_cannot_be_read_is_given_up_by_name_and_new_jobs_fire_again(slurmapi_emulator, monkeypatch):
@@ -36,7 +24,7 @@ def test_a_gap_that_cannot_be_read_is_given_up_by_name_and_new_jobs_fire_again(s
     hook = SlurmJobApiHook()
     job_id = hook.submit(JobSpec.build("#!/bin/bash\necho hi\n", {"current_working_directory": "/home/t"})).job_id
     hook.wait_for_job(job_id, poll_interval=0.2, timeout=60)
-    store = Store()
+    store = AssetStateStore()
     trigger = SlurmJobEventTrigger(poll_interval=3600, settle=5)
     trigger.asset_state_store = store  # type: ignore[assignment]
     said: list[str] = []

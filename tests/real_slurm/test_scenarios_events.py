@@ -22,26 +22,14 @@ from airflow_provider_slurmapi.api.ended import Watermark
 from airflow_provider_slurmapi.api.jobs import SlurmJob
 from airflow_provider_slurmapi.hooks.slurmapi import SlurmJobApiHook
 from airflow_provider_slurmapi.triggers.events import EndedJobs, SlurmJobEventTrigger, ended_since
+from tests.fixtures import AssetStateStore
 
 pytestmark = pytest.mark.timeout(600)
 OK = "#!/bin/bash\necho done\n"
 FAIL = "#!/bin/bash\nexit 3\n"
 
 
-class Store:
-    """Stands in for the asset's state store that Airflow 3.3's triggerer gives a watcher (aget/aset)."""
-
-    def __init__(self) -> None:
-        self.values: dict[str, Any] = {}
-
-    async def aget(self, key: str, default: Any = None) -> Any:
-        return self.values.get(key, default)
-
-    async def aset(self, key: str, value: Any) -> None:
-        self.values[key] = value
-
-
-def watcher(store: Store, **kwargs: Any) -> SlurmJobEventTrigger:
+def watcher(store: AssetStateStore, **kwargs: Any) -> SlurmJobEventTrigger:
     trigger = SlurmJobEventTrigger(poll_interval=3600, settle=60, **kwargs)
     trigger.asset_state_store = store  # type: ignore[assignment]
     return trigger
@@ -104,7 +92,7 @@ def test_accounting_lists_the_jobs_that_ended_since_a_time(backend: Backend, mon
 def test_watchers_fire_once_per_matching_job_and_not_again_after_a_restart(backend: Backend, monkeypatch):
     hook = backend.connect(monkeypatch)
     prefix = f"evt-{uuid.uuid4().hex[:6]}"
-    stores = {key: Store() for key in ("completed", "failed", "nobody")}
+    stores = {key: AssetStateStore() for key in ("completed", "failed", "nobody")}
     started = time.time() - 1  # the watchers "started" here: jobs that end later are theirs
 
     def watchers() -> dict[str, SlurmJobEventTrigger]:
@@ -161,7 +149,7 @@ def test_many_watchers_share_one_accounting_call(backend: Backend, monkeypatch):
     run_jobs(backend, hook, dict.fromkeys(names, OK))
     triggers = []
     for name in names:
-        store = Store()
+        store = AssetStateStore()
         trigger = watcher(store, names=name)
         store.values[trigger._state_key] = Watermark.starting(started).as_dict()
         triggers.append(trigger)
