@@ -212,7 +212,7 @@ class SlurmJob:
             name=name,
             state=state,
             state_reason=reason,
-            exit_code=ExitCode.parse(record.get("exit_code")),
+            exit_code=_db_exit_code(record, state),
             submit_time=_time(times.get("submission")),
             start_time=_time(times.get("start")),
             end_time=_time(times.get("end")),
@@ -459,6 +459,24 @@ def _task_string(value: Any) -> str:
         else:
             ranges.append(str(index))
     return ",".join(ranges)
+
+
+def _db_exit_code(record: Mapping[str, Any], state: JobState) -> ExitCode:
+    """How an accounted job's batch script ended.
+
+    Accounting records a job that Slurm itself ended (cancelled, timed out, preempted) with the job-level
+    exit code SUCCESS/0, and the signal on its batch step (24.11 and 26.05 recorded): so a clean 0 of a job
+    that did not complete is taken from the batch step, when the record has one.
+    """
+    job_level = ExitCode.parse(record.get("exit_code"))
+    if state.is_success or job_level.signal or job_level.return_code not in (None, 0):
+        return job_level
+    steps = record.get("steps")
+    for step in steps if isinstance(steps, list) else ():
+        if isinstance(step, Mapping) and _str(obj(step.get("step")).get("name")) == "batch":
+            batch = ExitCode.parse(step.get("exit_code"))
+            return batch if batch.signal or batch.return_code is not None else job_level
+    return job_level
 
 
 def _reason(value: Any) -> str:

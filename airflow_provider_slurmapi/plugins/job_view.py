@@ -129,6 +129,20 @@ def requested_gpus(raw: dict[str, Any], node_count: int | None) -> int | None:
     return None
 
 
+def allocated_gpus(raw: dict[str, Any]) -> int | None:
+    """GPUs the queue's ``gres_detail`` names as allocated (``gpu:h100:8(IDX:0-7)``, one entry per node)."""
+    detail = raw.get("gres_detail")
+    total = None
+    for entry in detail if isinstance(detail, list) else ():
+        if not isinstance(entry, str):
+            continue
+        for item in entry.split("(")[0].split(","):
+            parts = item.strip().split(":")
+            if len(parts) >= 2 and parts[0] == "gpu" and parts[-1].isdigit():
+                total = (total or 0) + int(parts[-1])
+    return total
+
+
 # -- the page ---------------------------------------------------------------------------------------
 
 
@@ -209,6 +223,9 @@ def job_warnings(job: SlurmJob, ref: TaskRef | None, now: datetime) -> list[str]
             notes.append(f"The batch script exited with code {job.exit_code.return_code}.")
         if base == "TIMEOUT":
             notes.append("The job reached its time limit and was stopped.")
+        elif base == "CANCELLED":
+            by = job.raw.get("kill_request_user")
+            notes.append(f"The job was cancelled{f' by {by}' if isinstance(by, str) and by else ''}.")
         elif base == "OUT_OF_MEMORY":
             notes.append("The job ran out of memory.")
         elif base in ("NODE_FAIL", "BOOT_FAIL"):
@@ -297,7 +314,7 @@ class JobView:
             ran=format_duration(run_time(job, now)),
             exit_code=exit_code,
             requested=Resources.from_tres(job.tres_requested, gpus_fallback=req_gpus),
-            allocated=Resources.from_tres(job.tres_allocated),
+            allocated=Resources.from_tres(job.tres_allocated, gpus_fallback=_allocated_gpus(job, req_gpus)),
             warnings=job_warnings(job, ref, now),
             comment=user_comment(job.comment),
             raw_json=json.dumps(job.raw, indent=2, sort_keys=True, default=str),
@@ -308,6 +325,16 @@ class JobView:
             extra_rows=extra,
             published=job.published or (queue_record.published if queue_record is not None else None),
         )
+
+
+def _allocated_gpus(job: SlurmJob, requested: int | None) -> int | None:
+    """GPUs of a started job whose allocated TRES leaves them out (a cluster that does not account
+    ``gres/gpu``): the queue's ``gres_detail``, else what it asked for (Slurm starts a job only with its
+    whole GRES request)."""
+    if job.start_time is None or job.state.is_pending:
+        return None
+    found = allocated_gpus(job.raw)
+    return found if found is not None else requested
 
 
 # -- the overview -----------------------------------------------------------------------------------

@@ -82,6 +82,17 @@ class Backend:
                 pytest.fail(f"{self.name}: job {job_id} still in the active queue ({job.state}, {job.source})")
             time.sleep(0.5)
 
+    def wait_until_running(self, hook: SlurmJobApiHook, job_id: int, timeout: float = 60) -> SlurmJob:
+        """Wait until the job has started (its batch step exists); fail if it ends or never starts."""
+        deadline = time.monotonic() + timeout
+        while True:
+            job = hook.get_job(job_id)
+            if job.state.base == "RUNNING":
+                return job
+            if job.state.is_terminal or time.monotonic() > deadline:
+                pytest.fail(f"{self.name}: job {job_id} did not run ({job.state}, {job.source})")
+            time.sleep(0.3)
+
     def wait_for_end(self, hook: SlurmJobApiHook, job_id: int, timeout: float = 120) -> SlurmJob:
         return hook.wait_for_job(job_id, poll_interval=0.3, timeout=timeout)
 

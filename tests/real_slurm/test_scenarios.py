@@ -17,6 +17,8 @@ Facts of Slurm that decisions of the provider depend on (``api/reattach.py``, ``
    is: the caller's user cannot be learned from ``meta``, only from its jobs or the connection.
 6. Another user's job is listed with that user's name, and the caller cannot cancel it.
 7. A DELETE of a job that has finished reads as "already finished", also once it left the queue.
+8. Accounting records a job that Slurm ended (a cancel) with the job-level exit code SUCCESS/0 and the
+   signal on its batch step: what ended a job is read from the batch step (``api/jobs.py``).
 
 Then the provider's promises on both: a retry after the job left the queue reattaches to a COMPLETED
 job (one job) and runs a FAILED one again (one new job); a submit answered 503 after Slurm accepted it
@@ -27,6 +29,7 @@ with slurmdbd down, a retry that cannot know never submits.
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Iterator
 
@@ -117,6 +120,22 @@ def test_a_cancel_of_a_finished_job_reads_as_finished(backend, hook):
     assert hook.cancel_job(job_id).already_finished
     backend.wait_until_left_queue(hook, job_id)
     assert hook.cancel_job(job_id).already_finished
+
+
+def test_a_cancelled_job_reads_as_killed_by_its_signal_in_accounting(backend, hook):
+    name = unique("fact8")
+    job_id = hook.submit(backend.spec(SLEEP, name=name)).job_id
+    backend.wait_until_running(hook, job_id)
+    hook.cancel_job(job_id)
+    backend.wait_for_end(hook, job_id)
+    deadline = time.monotonic() + 60
+    while not (accounted := [j for j in hook.list_accounted_jobs(job_name=name) if j.state.is_terminal]):
+        assert time.monotonic() < deadline, f"{backend.name}: accounting never recorded job {job_id}'s end"
+        time.sleep(0.5)
+    [job] = accounted
+    assert job.state.base == "CANCELLED" and job.raw["exit_code"]["status"] == ["SUCCESS"], job.raw["exit_code"]
+    assert (job.exit_code.signal, job.exit_code.status) == (15, ("SIGNALED",)), job.raw.get("steps")
+    assert str(job.exit_code) == "signal 15 (TERM)"
 
 
 # ---- the provider's promises ----------------------------------------------------------------------

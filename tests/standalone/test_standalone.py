@@ -144,6 +144,12 @@ def test_job_page_in_a_browser(standalone: Standalone, training_run: dict[str, A
         finally:
             page.screenshot(ARTIFACTS / "slurm-jobs-in-airflow-ui.png")
         assert framed_ids[: len(expected)] == expected
+        # A run id wraps in a readable column, not one character per line, in the UI's narrower frame.
+        run_cell = "document.querySelector('iframe').contentDocument.querySelector('#jobs td.run')"
+        lines = page.js(
+            f"(c => c.getBoundingClientRect().height / parseFloat(getComputedStyle(c).fontSize))({run_cell})"
+        )
+        assert lines < 8, f"the run id column is {lines:.0f} characters tall: it wraps one character per line"
         page.open(standalone.url + task_href)
         page.wait_js("document.body.innerText.includes('SlurmSubmitJobOperator')", 90)
         assert page.js("location.pathname") == task_href  # the UI shows the task instance, logged in

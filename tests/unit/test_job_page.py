@@ -20,6 +20,7 @@ from airflow_provider_slurmapi.plugins.job_view import (
     JobView,
     Resources,
     format_duration,
+    listed,
     merge_listing,
     task_url,
     user_comment,
@@ -635,3 +636,73 @@ def test_the_page_shows_what_the_job_published_escaped_and_the_comment_without_i
         JobView.build(tagged(job_info("job_running"))), conn_id="c", pages_root="/s", ui_root="/", list_url="/s/jobs"
     )
     assert 'id="published-none">No output tail yet: the job publishes' in running  # not a failure, while it runs
+
+
+# -- what ended the job (issue #31 item 19) ---------------------------------------------------------
+
+
+def test_a_cancelled_job_from_accounting_shows_the_batch_steps_signal_not_success():
+    """Real accounting records a cancelled job as SUCCESS/0 and keeps the TERM on its batch step (24.11)."""
+    from airflow_provider_slurmapi.plugins import render
+
+    record = slurmdb("slurmdb_job_cancelled", comment={"job": TAG})
+    assert record["exit_code"]["status"] == ["SUCCESS"]  # what the job level says, recorded
+    view = JobView.build(SlurmJob.from_slurmdb(record))
+    assert view.state == "CANCELLED" and view.exit_code == "signal 15 (TERM)"
+    assert "The batch script was killed by signal 15 (TERM)." in view.warnings
+    assert "The job was cancelled by ciuser." in view.warnings
+    html = render.render_job_page(view, conn_id="c", pages_root="/s", ui_root="/", list_url="/s/jobs")
+    assert "<dt>Exit status</dt><dd>SIGNALED</dd>" in html and "<dd>SUCCESS" not in html
+
+
+def test_a_failed_or_completed_accounting_record_keeps_its_own_exit_code():
+    failed = SlurmJob.from_slurmdb(slurmdb("slurmdb_job_failed"))
+    assert str(failed.exit_code) == "3"
+    completed = SlurmJob.from_slurmdb(slurmdb("slurmdb_job"))
+    assert str(completed.exit_code) == "0" and completed.exit_code.status == ("SUCCESS",)
+    # a job Slurm ended whose record has no steps (a listing read with skip_steps) keeps the job level
+    bare = SlurmJob.from_slurmdb(slurmdb("slurmdb_job_cancelled", steps=[]))
+    assert str(bare.exit_code) == "0"
+
+
+def test_a_running_job_shows_no_exit_status():
+    from airflow_provider_slurmapi.plugins import render
+
+    view = JobView.build(tagged(job_info("job_running")))
+    assert view.exit_code == "—"
+    html = render.render_job_page(view, conn_id="c", pages_root="/s", ui_root="/", list_url="/s/jobs")
+    assert "Exit status" not in html and "<dd>SUCCESS" not in html
+
+
+# -- GPUs a running job holds (issue #31 item 23) ---------------------------------------------------
+
+
+def test_a_started_job_shows_its_gpus_as_allocated_when_its_tres_leaves_them_out():
+    """A cluster that does not account gres/gpu leaves GPUs out of tres_alloc_str: the page shows the
+    queue's gres_detail, else what the job asked for (it cannot start with less)."""
+    asked = job_info("job_running", tres_per_node="gres/gpu:4", node_count=2)
+    view = JobView.build(tagged(asked))
+    assert view.requested.gpus == 8 and view.allocated.gpus == 8
+    detailed = JobView.build(tagged({**asked, "gres_detail": ["gpu:h100:4(IDX:0-3)", "gpu:h100:3(IDX:0-2)"]}))
+    assert detailed.allocated.gpus == 7
+    pending = JobView.build(tagged(job_info("job_pending", tres_per_node="gres/gpu:4")))
+    assert pending.requested.gpus == 4 and pending.allocated.gpus is None  # nothing is allocated yet
+    plain = JobView.build(tagged(job_info("job_running")))
+    assert plain.allocated.gpus is None  # asked for none
+
+
+def test_the_overview_gives_run_ids_a_readable_column():
+    from airflow_provider_slurmapi.plugins import render
+
+    html = render.render_job_list(
+        [listed(tagged(job_info("job_completed")), parse_tag(TAG))],
+        conn_id="c",
+        pages_root="/s",
+        ui_root="/",
+        job_url=lambda job_id: f"/s/jobs/{job_id}",
+        hidden=0,
+        notes=[],
+        days=3,
+    )
+    assert f'<td class="muted small run">{RUN_ID}</td>' in html
+    assert "td.run { min-width:" in html

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
 
@@ -10,6 +12,7 @@ from airflow_provider_slurmapi.api.errors import SlurmJobSpecError
 from airflow_provider_slurmapi.api.jobs import SlurmJob
 from airflow_provider_slurmapi.api.spec import JobSpec
 from airflow_provider_slurmapi.api.states import JobState
+from airflow_provider_slurmapi.api.watch import outcome_text
 from tests.fixtures import WEB_VERSIONS, recorded, web
 
 
@@ -102,7 +105,10 @@ def test_slurmdb_records_from_real_slurm(name):
     assert job.state.is_terminal
     assert job.submit_time is not None and job.end_time is not None
     assert job.elapsed == timedelta(seconds=record["time"]["elapsed"])
-    assert job.exit_code.return_code == record["exit_code"]["return_code"]["number"]
+    if job.state.base == "CANCELLED":  # the job level says SUCCESS/0; the batch step holds the signal
+        assert (job.exit_code.return_code, str(job.exit_code)) == (None, "signal 15 (TERM)")
+    else:
+        assert job.exit_code.return_code == record["exit_code"]["return_code"]["number"]
 
 
 def test_slurmdb_output_is_the_expanded_path():
@@ -228,3 +234,23 @@ def test_relative_output_in_accounting_is_joined_properly():
     record = dict(recorded("slurmdb_job")["jobs"][0])
     record.update(stdout="train-%j.out", stdout_expanded="/home/u/runtrain-1.out", working_directory="/home/u/run")
     assert SlurmJob.from_slurmdb(record).standard_output == "/home/u/run/train-1.out"
+
+
+TESTS = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.parametrize(
+    ("path", "version", "state"),
+    [
+        (TESTS / Path("real_slurm/recorded/v0.0.42/timeout/slurmdb_job_timeout.json"), "v0.0.42", "TIMEOUT"),
+        (TESTS / Path("fixtures/slurm-26.05/slurmdb_job_cancelled_cancelled.json"), "v0.0.45", "CANCELLED"),
+    ],
+)
+def test_a_job_slurm_ended_reads_as_killed_by_the_signal_its_batch_step_holds(path, version, state):
+    """Real accounting (24.11 at its time limit, 26.05 cancelled) says SUCCESS/0 at the job level."""
+    body = json.loads(path.read_text())
+    record = body.get("body", body)["jobs"][0]
+    assert record["exit_code"]["status"] == ["SUCCESS"]
+    job = SlurmJob.from_slurmdb(record, version)
+    assert job.state.base == state and str(job.exit_code) == "signal 15 (TERM)"
+    assert "exit code signal 15 (TERM)" in outcome_text(job)
