@@ -107,6 +107,13 @@ def _names(value: str | Sequence[str] | None, field_name: str) -> tuple[str, ...
     return tuple(item.strip() for item in items)
 
 
+def ahead_of(jobs: Iterable[SlurmJob], now: float) -> float:
+    """How many seconds the latest end among ``jobs`` lies after ``now`` (0 when none does): a cluster
+    whose clock runs ahead of the watcher's."""
+    ends = [job.end_time.timestamp() for job in jobs if job.state.is_terminal and job.end_time is not None]
+    return max([0.0, *(end - now for end in ends)])
+
+
 def job_key(job: SlurmJob) -> str:
     """``<id>:<end epoch>``: one ended job (a reused job id ends at another time)."""
     end = int(job.end_time.timestamp()) if job.end_time else 0
@@ -133,6 +140,20 @@ class Watermark:
                 self.fired[key] = end
                 fresh.append(job)
         return sorted(fresh, key=lambda job: (job.end_time.timestamp() if job.end_time else 0, job.job_id))
+
+    def arrived_late(self, jobs: Iterable[SlurmJob], wanted: EndedJobFilter, seen: set[str]) -> list[SlurmJob]:
+        """Matching jobs that ended before ``after`` and that the previous poll (whose job keys are
+        ``seen``) did not list: accounting listed them more than ``settle`` seconds after their end
+        (slurmdbd's lag, or the watcher's clock ahead of the cluster's), too late to fire."""
+        return [
+            job
+            for job in jobs
+            if wanted.matches(job)
+            and job.end_time is not None
+            and job.end_time.timestamp() < self.after
+            and job_key(job) not in seen
+            and job_key(job) not in self.fired
+        ]
 
     def advance(self, polled_at: float, settle: float = DEFAULT_SETTLE) -> None:
         """After a poll at ``polled_at``: forget what ended more than ``settle`` seconds before it."""

@@ -34,7 +34,7 @@ from airflow.triggers.base import TriggerEvent
 
 from airflow_provider_slurmapi.api import checks
 from airflow_provider_slurmapi.api.client import AsyncSlurmJobApiClient
-from airflow_provider_slurmapi.api.ended import DEFAULT_SETTLE, EndedJobFilter, Watermark
+from airflow_provider_slurmapi.api.ended import DEFAULT_SETTLE, EndedJobFilter, Watermark, ahead_of, job_key
 from airflow_provider_slurmapi.api.errors import SlurmJobApiError, SlurmJobSpecError
 from airflow_provider_slurmapi.api.fields import DEFAULT_CONN_ID
 from airflow_provider_slurmapi.api.jobs import SlurmJob
@@ -53,6 +53,9 @@ STATE_KEY = "slurmapi.ended_jobs"
 MAX_WINDOW = 7 * 86400
 # Failed reads of the gap a restarted watcher missed before it gives that gap up (and says which it was).
 GAP_TRIES = 5
+# How far in the future a job's end may lie (Slurm's whole seconds, a poll's own time) before the watcher
+# says the cluster's clock runs ahead of its own.
+SKEW_TOLERANCE = 5.0
 
 
 class SlurmJobEventTrigger(BaseEventTrigger):
@@ -155,6 +158,8 @@ class SlurmJobEventTrigger(BaseEventTrigger):
         )
         caught_up = False
         gap_failures = 0
+        seen: set[str] | None = None  # the previous snapshot's jobs: a job first listed after its window is late
+        skew_said = False
         async for snapshot in shared_stream:
             if not isinstance(snapshot, EndedJobs):
                 continue
@@ -185,6 +190,31 @@ class SlurmJobEventTrigger(BaseEventTrigger):
                         err,
                     )
             caught_up = True
+            if seen is not None:
+                for job in mark.arrived_late(jobs, self.wanted, seen):
+                    self.log.warning(
+                        "Slurm job watcher: job %s (%s) ended %s at %s, but accounting listed it only now, after "
+                        "this watcher had moved past %s: it fires no event. It reached accounting more than "
+                        "settle=%gs after its end (slurmdbd's lag, or this triggerer's clock ahead of the "
+                        "cluster's): raise settle, or set both clocks right (NTP).",
+                        job.display_id,
+                        job.name,
+                        job.state,
+                        _utc(job.end_time.timestamp()) if job.end_time else "?",
+                        _utc(mark.after),
+                        self.settle,
+                    )
+            seen = {job_key(job) for job in jobs}
+            ahead = ahead_of(jobs, snapshot.polled_at)
+            if ahead > SKEW_TOLERANCE and not skew_said:
+                skew_said = True
+                self.log.warning(
+                    "Slurm job watcher: a job's end lies %.0fs after this triggerer's time: the cluster's clock "
+                    "runs ahead of the triggerer's, and every time this watcher compares (its watermark, "
+                    "settle=%gs) is off by as much: set both clocks right (NTP).",
+                    ahead,
+                    self.settle,
+                )
             fresh = mark.new_jobs(jobs, self.wanted)
             mark.advance(snapshot.polled_at, self.settle)
             await self._save_mark(mark)  # before the events: a crash in between loses, never repeats

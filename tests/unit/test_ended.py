@@ -8,7 +8,7 @@ import copy
 
 import pytest
 
-from airflow_provider_slurmapi.api.ended import EndedJobFilter, Watermark, job_key
+from airflow_provider_slurmapi.api.ended import EndedJobFilter, Watermark, ahead_of, job_key
 from airflow_provider_slurmapi.api.errors import SlurmJobSpecError
 from airflow_provider_slurmapi.api.jobs import SlurmJob
 from tests.fixtures import recorded
@@ -121,3 +121,70 @@ def test_the_stored_watermark_round_trips_and_junk_starts_afresh():
 def test_each_filter_keeps_its_own_watermark():
     assert EndedJobFilter.of(names="a").digest() != EndedJobFilter.of(names="b").digest()
     assert EndedJobFilter.of(states="completed").digest() == EndedJobFilter.of(states=["COMPLETED"]).digest()
+
+
+# -- clock skew and slurmdbd's lag (issue #31 item 12) ----------------------------------------------
+
+
+def ended_at(job_id: int, end: int) -> SlurmJob:
+    record = copy.deepcopy(recorded("slurmdb_jobs")["jobs"][0])  # job 1, COMPLETED
+    record["job_id"], record["name"] = job_id, f"job{job_id}"
+    record["time"]["end"] = end
+    return SlurmJob.from_slurmdb(record)
+
+
+def test_a_job_first_listed_after_the_watermark_passed_its_end_is_named_as_late():
+    mark, wanted = Watermark.starting(1000), EndedJobFilter()
+    on_time, late = ended_at(1, 1010), ended_at(2, 1002)
+    assert ids(mark.new_jobs([on_time], wanted)) == [1]
+    mark.advance(polled_at=1020, settle=5)  # after = 1015
+    seen = {job_key(on_time)}
+    # job 2 ended at 1002 but accounting lists it only now: it can no longer fire, and is named
+    assert ids(mark.arrived_late([on_time, late], wanted, seen)) == [2]
+    assert mark.new_jobs([on_time, late], wanted) == []
+    # the next poll lists it again: it was seen, so it is not named twice; nor is a job the filter skips
+    assert mark.arrived_late([on_time, late], wanted, {job_key(on_time), job_key(late)}) == []
+    assert mark.arrived_late([late], EndedJobFilter.of(names="job1"), set()) == []
+
+
+def test_a_job_that_ends_in_the_future_measures_how_far_the_clusters_clock_runs_ahead():
+    assert ahead_of([ended_at(1, 1100), ended_at(2, 990)], now=1000.0) == 100.0
+    assert ahead_of([ended_at(1, 990)], now=1000.0) == 0.0
+    assert ahead_of([], now=1000.0) == 0.0
+
+
+def test_the_watcher_warns_of_a_late_job_and_of_a_clock_ahead_once():
+    import asyncio
+    import logging
+    import time
+
+    from airflow_provider_slurmapi.triggers.events import EndedJobs, SlurmJobEventTrigger
+
+    now = int(time.time())
+    trigger = SlurmJobEventTrigger(poll_interval=10, settle=5)
+    said: list[str] = []
+    handler = logging.Handler()
+    handler.emit = lambda record: said.append(record.getMessage())  # type: ignore[method-assign]
+    logger = logging.getLogger(f"test-watcher-{id(trigger)}")
+    logger.addHandler(handler)
+    trigger._log = logger  # type: ignore[assignment]  # what the trigger logs, as plain records
+    first, late, future = ended_at(1, now + 1), ended_at(2, now - 30), ended_at(3, now + 600)
+    snapshots = [
+        EndedJobs(now + 2, now - 30, [first]),
+        EndedJobs(now + 12, now - 18, [first, late]),  # job 2 listed 42 s after its end, settle is 5 s
+        EndedJobs(now + 22, now - 8, [first, late, future]),  # job 3 ends 10 minutes ahead of the triggerer
+        EndedJobs(now + 32, now + 2, [late, future]),
+    ]
+
+    async def fired() -> list[int]:
+        async def feed():
+            for snapshot in snapshots:
+                yield snapshot
+
+        return [event.payload["job_id"] async for event in trigger.filter_shared_stream(feed())]
+
+    assert asyncio.run(fired()) == [1, 3]
+    late_said = [line for line in said if "accounting listed it only now" in line]
+    assert len(late_said) == 1 and "job 2 (job2) ended COMPLETED" in late_said[0] and "settle=5s" in late_said[0]
+    ahead_said = [line for line in said if "clock runs ahead" in line]
+    assert len(ahead_said) == 1 and "lies 578s after" in ahead_said[0], ahead_said
