@@ -5,17 +5,17 @@ from __future__ import annotations
 from typing import Any
 
 from airflow_provider_slurmapi import __version__
-from airflow_provider_slurmapi.api.fields import CONNECTION_FIELDS, ui_field_behaviour
+from airflow_provider_slurmapi.api.fields import CONNECTION_FIELDS, SECRET_FIELDS, section_of, ui_field_behaviour
 
 _INTEGRATION = "Slurm Job API"
 _NUMERIC = {"timeout": "number"}
-_FORMATS = {"keyfile_dict": "password", "endpoint": "url"}
+_FORMATS = {"endpoint": "url", **dict.fromkeys(SECRET_FIELDS, "password")}
 
 
 def _conn_fields() -> dict[str, Any]:
     fields: dict[str, Any] = {}
     for name, (label, description) in CONNECTION_FIELDS.items():
-        schema: dict[str, Any] = {"type": [_NUMERIC.get(name, "string"), "null"]}
+        schema: dict[str, Any] = {"type": [_NUMERIC.get(name, "string"), "null"], "section": section_of(name)}
         if name in _FORMATS:
             schema["format"] = _FORMATS[name]
         fields[name] = {"label": label, "description": description, "schema": schema}

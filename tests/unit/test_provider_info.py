@@ -6,7 +6,7 @@ from importlib.metadata import entry_points
 
 import pytest
 
-from airflow_provider_slurmapi.api.fields import CONNECTION_FIELDS
+from airflow_provider_slurmapi.api.fields import CONNECTION_FIELDS, CONNECTION_SECTIONS, SECRET_FIELDS
 from airflow_provider_slurmapi.hooks.slurmapi import SlurmJobApiHook
 
 
@@ -122,3 +122,23 @@ def test_task_slurm_refuses_a_function_that_reads_the_dag_files_names_when_the_d
             return pytest.__name__
 
         job()
+
+
+def test_the_connection_form_opens_with_the_google_cluster_and_keeps_the_jwt_secret():
+    """What Airflow 3's connection form gets (its own HookMetaService): no standard field but the
+    description (login and password were the direct-slurmrestd fields, shown first), then the extra fields
+    in sections, the Google cluster first; the slurmrestd JWT is a password field, redacted like the key."""
+    ui = pytest.importorskip("airflow.api_fastapi.core_api.services.ui.connections", reason="Airflow 3's form")
+    (meta,) = [m for m in ui.HookMetaService.hook_meta_data() if m.connection_type == "slurmapi"]
+    standard = meta.standard_fields
+    assert all(getattr(standard, name).hidden for name in ("host", "url_schema", "port", "login", "password"))
+    sections = [field["schema"]["section"] for field in meta.extra_fields.values()]
+    assert list(dict.fromkeys(sections)) == list(CONNECTION_SECTIONS)
+    assert list(meta.extra_fields)[:3] == ["project_id", "region", "cluster_id"]
+    assert {name for name, f in meta.extra_fields.items() if f["schema"].get("format") == "password"} == set(
+        SECRET_FIELDS
+    )
+    from airflow.providers_manager import ProvidersManager
+
+    widgets = ProvidersManager().connection_form_widgets
+    assert widgets["extra__slurmapi__slurm_jwt"].is_sensitive and widgets["extra__slurmapi__keyfile_dict"].is_sensitive
