@@ -80,7 +80,7 @@ def pct(values: list[float], q: float) -> float:
 def serve_emulator() -> None:
     """Child: a simulated-run emulator; prints its connection, answers 'calls' on stdin with counters."""
     from airflow_provider_slurmapi.emulator import SlurmJobApiEmulator
-    from airflow_provider_slurmapi.emulator.scontrol import sacctmgr
+    from airflow_provider_slurmapi.emulator.scontrol import sacctmgr, update
 
     with SlurmJobApiEmulator(simulate=True, partitions={"debug": 100_000}, min_job_age=3600) as emu:
         print(json.dumps({"conn": emu.connection_json()}), flush=True)
@@ -109,6 +109,15 @@ def serve_emulator() -> None:
                 threading.Thread(
                     target=release_when_polled, args=(emu, int(args[0]), set(args[1:])), daemon=True
                 ).start()
+                print("{}", flush=True)
+            elif command == "publish":
+                # Each job's own publication in its queue comment, naming the job (scontrol update, as the
+                # wrapper writes it at the job's exit).
+                for job_id in args:
+                    code, _, err = update(
+                        emu._cluster, ["update", f"JobId={job_id}", f"Comment={published_comment(job_id)}"]
+                    )
+                    assert code == 0, err
                 print("{}", flush=True)
             elif command == "account-copy":
                 # Each job's accounting comment: the wrapper's percent-quoted copy of its comment, written
@@ -186,24 +195,25 @@ class EmulatorProcess:
 # -- one measurement (a fresh process) ------------------------------------------------------------
 
 
-def published_comment() -> str:
+def published_comment(job_id: str) -> str:
     """A comment as the operator's wrapper leaves it at a job's exit when the job wrote no result and
-    printed nothing (api/results.py: the mark, then result status, merged, result, stdout and stderr tails)."""
+    printed nothing (api/results.py: the mark, then the job's id, result status, merged, result, stdout and
+    stderr tails)."""
     from airflow_provider_slurmapi.api.results import MARK, RESULT_NONE, SEP, parse
 
-    comment = f"bench {MARK}" + SEP.join(["", RESULT_NONE, "0", "", "", ""])
-    assert parse(comment) is not None
+    comment = f"bench {MARK}" + SEP.join(["", job_id, RESULT_NONE, "0", "", "", ""])
+    assert parse(comment, job_id) is not None
     return comment
 
 
 def accounting_copy(comment: str) -> str:
     """What the wrapper writes as the job's accounting comment (api/results.py's wrapper, in Python): the
     record with ``%``, quotes and backticks percent-quoted, marked :data:`QUOTED`."""
-    from airflow_provider_slurmapi.api.results import MARK, QUOTED, parse
+    from airflow_provider_slurmapi.api.results import MARK, QUOTED, split
 
     quoted = re.sub("[%\"'`]", lambda m: f"%{ord(m.group()):02X}", comment)
     copy = quoted.replace(MARK, MARK + QUOTED, 1)
-    assert parse(copy) == parse(comment)
+    assert split(copy) == split(comment)
     return copy
 
 
@@ -231,8 +241,6 @@ def measure(mode: str, n: int, interval: float, spread: float, probe_hz: float) 
         runtime = runtime_of(i, n, spread)
         script = f"#!/bin/bash\n#EMULATOR runtime={runtime:.3f} hold=1 exit=0\ntrue\n"
         fields = {"current_working_directory": "/bench", "name": f"b{i}"}
-        if mode in ("results", "results-queue"):
-            fields["comment"] = published_comment()
         job_id = hook.submit(JobSpec.build(script, fields)).job_id
         runtimes[job_id] = runtime
     hook.get_conn().close()
@@ -359,6 +367,8 @@ def run_case(
     output: list[str] = []
     reader = threading.Thread(target=lambda: output.extend(child.stdout or ()), daemon=True)
     reader.start()
+    if mode in ("results", "results-queue"):
+        emu.ask(f"publish {' '.join(map(str, hello['job_ids']))}")
     if mode == "results":
         emu.ask(f"account-copy {' '.join(map(str, hello['job_ids']))}")
     emu.ask(f"release-when-polled {before['calls']} {' '.join(map(str, hello['job_ids']))}")

@@ -273,6 +273,8 @@ class SlurmJob:
         published = self.published
         if published is not None:
             summary["published"] = published.as_dict()
+        elif other := results.foreign(self.comment, self.display_id):
+            summary["published_for"] = other
         if self.array_task_string:
             summary["array_task_string"] = self.array_task_string
         return summary
@@ -297,12 +299,15 @@ class SlurmJob:
         published = self.published
         if published is not None:
             task["published"] = published.as_dict()
+        elif other := results.foreign(self.comment, self.display_id):
+            task["published_for"] = other
         return task
 
     @property
     def published(self) -> results.Published | None:
-        """What the job published in its comment (its result, the tails of its output), if anything."""
-        return results.parse(self.comment)
+        """What the job published in its comment (its result, the tails of its output), if anything: only
+        a publication that names this job (another job of the same user may write this job's comment)."""
+        return results.parse(self.comment, self.display_id)
 
 
 @dataclass

@@ -13,7 +13,8 @@ accounting read that ends every wait carries it (no read of the active queue).
 :func:`wrap_script` turns the user's script into a POSIX ``sh`` batch script that writes it to a file
 and runs it with the interpreter of its own ``#!`` line (its exit code, signals and ``$SLURM_*``
 environment unchanged), then, on any exit, appends to the job's comment (the task-instance tag first,
-kept as it is) a :data:`MARK` and four fields: the state of the result file the job wrote to
+kept as it is) a :data:`MARK` and five fields: the job's own id (``123``, an array task ``123_4``: a
+publication counts only in the record of the job it names), the state of the result file the job wrote to
 ``$SLURMAPI_RETURN_FILE`` (``ok``, ``none``, ``big:<bytes>``, ``nul``), the result, and the last lines of the
 job's stdout and stderr, cut to what the comment holds; and the same, percent-quoted (:data:`QUOTED`),
 as the job's accounting comment, when ``sacctmgr`` is on the node and ``$SLURMAPI_PUBLISH_ACCOUNTING``
@@ -33,14 +34,16 @@ from airflow_provider_slurmapi.api.errors import SlurmJobSpecError
 
 # slurmctld's limit on a job comment (and extra), measured on Slurm 24.11: 1024 bytes pass, 1025 fail.
 COMMENT_LIMIT = 1024
-# The comment's published part: " " + RS "slurmapi1" then US-separated fields (control characters that no
-# valid JSON holds raw and that the wrapper strips from the tails).
-MARK = "\x1eslurmapi1"
+# The comment's published part: " " + RS "slurmapi2" then US-separated fields (control characters that no
+# valid JSON holds raw and that the wrapper strips from the tails). Version 2 names the job it is about;
+# version 1 (without it) is no longer read: it could be copied into another job's record.
+MARK = "\x1eslurmapi2"
 SEP = "\x1f"
 DEFAULT_TAIL_LINES = 50
 MAX_TAIL_LINES = 10000
-# What the wrapper's fields cost beyond the head: " " + MARK + 5 separators + the longest status.
-_OVERHEAD = 1 + len(MARK) + 5 + len("big:99999999999")
+# What the wrapper's fields cost beyond the head: " " + MARK + 6 separators + the longest job id (an array
+# task of 32-bit ids) + the longest status.
+_OVERHEAD = 1 + len(MARK) + 6 + len("4294967295_4294967295") + len("big:99999999999")
 RESULT_OK, RESULT_NONE, RESULT_BIG, RESULT_NUL = "ok", "none", "big", "nul"
 
 
@@ -53,6 +56,7 @@ class Published:
     stdout_tail: str
     stderr_tail: str
     merged: bool  # stdout and stderr are one file: its tail is ``stdout_tail``
+    job: str = ""  # the job the wrapper published for (``123``, ``123_4``), as it named itself
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -61,6 +65,7 @@ class Published:
             "stdout_tail": self.stdout_tail,
             "stderr_tail": self.stderr_tail,
             "merged": self.merged,
+            "job": self.job,
         }
 
     @classmethod
@@ -73,6 +78,7 @@ class Published:
             str(data.get("stdout_tail", "")),
             str(data.get("stderr_tail", "")),
             bool(data.get("merged", False)),
+            str(data.get("job", "")),
         )
 
     @property
@@ -150,21 +156,22 @@ def _unquote(text: str) -> str:
 
 
 def split(comment: str) -> tuple[str, Published | None]:
-    """A job comment's own part (tag, try, the user's comment) and what the job published, if anything:
-    from the job's comment in the active queue, or from accounting's percent-quoted copy."""
+    """A comment's own part (tag, try, the user's comment) and what the job published, if anything:
+    from the job's comment in the active queue, or from accounting's percent-quoted copy. Which job the
+    publication names is in :attr:`Published.job`: :func:`parse` checks it."""
     # The wrapper's record is the comment's last: it strips RS and US from everything it publishes, so a
     # mark inside the submitted comment (the head) can never stand for the job's publication.
     head, mark, rest = comment.rpartition(MARK)
     if not mark:
         return comment, None
     fields = rest.split(SEP)
-    if len(fields) >= 6 and fields[0] == QUOTED:
+    if len(fields) >= 7 and fields[0] == QUOTED:
         head, fields = _unquote(head), ["", *(_unquote(f) for f in fields[1:])]
-    if len(fields) < 6 or fields[0] != "":
+    if len(fields) < 7 or fields[0] != "":
         return head.rstrip(" "), None
-    status, merged, result = fields[1], fields[2] == "1", _text(fields[3])
-    stdout, stderr = _shown(fields[4]), _shown(SEP.join(fields[5:]))
-    return head.rstrip(" "), Published(status, result, stdout, stderr, merged)
+    job, status, merged, result = _text(fields[1]), fields[2], fields[3] == "1", _text(fields[4])
+    stdout, stderr = _shown(fields[5]), _shown(SEP.join(fields[6:]))
+    return head.rstrip(" "), Published(status, result, stdout, stderr, merged, job)
 
 
 # Control characters other than tab and newline (C0, DEL, C1: terminal escapes, BEL, CSI) and lone
@@ -182,9 +189,18 @@ def _shown(text: str) -> str:
     return _UNSHOWN.sub(lambda m: "\ufffd" if "\ud800" <= m.group(0) <= "\udfff" else "", text)
 
 
-def parse(comment: str) -> Published | None:
-    """What the job published in ``comment``; None when it published nothing (yet)."""
-    return split(comment)[1]
+def parse(comment: str, job: str) -> Published | None:
+    """What job ``job`` (its display id: ``123``, ``123_4``) published in ``comment``; None when it
+    published nothing (yet), or when the publication there names another job (:func:`foreign`)."""
+    published = split(comment)[1]
+    return published if published is not None and published.job == job else None
+
+
+def foreign(comment: str, job: str) -> str:
+    """The job a publication in job ``job``'s comment names when that is another job (written there by a
+    job of the same Slurm user: not trusted), else ``""``."""
+    published = split(comment)[1]
+    return published.job if published is not None and published.job != job else ""
 
 
 def tail_lines(value: object) -> int:
@@ -320,12 +336,12 @@ if [ -z "$sc" ] && [ -z "$sa" ]; then
 fi
 us=$(printf '\\037')
 rs=$(printf '\\036')
-record="$head ${{rs}}slurmapi1$us$status$us$merged$us$result$us$o$us$e"
+record="$head ${{rs}}slurmapi2$us$__sa_job$us$status$us$merged$us$result$us$o$us$e"
 # Accounting's copy (sacctmgr writes the job's accounting comment, which slurmdbd keeps whatever
 # AccountingStoreFlags says; sacctmgr turns quotes into backticks): percent-quoted, marked by a "%" field.
 if [ -n "$sa" ]; then
     copy=$(printf '%s' "$record" | sed -e 's/%/%25/g' -e 's/"/%22/g' -e "s/'/%27/g" -e 's/`/%60/g' \\
-        -e "s/${{rs}}slurmapi1$us/${{rs}}slurmapi1%$us/")
+        -e "s/${{rs}}slurmapi2$us/${{rs}}slurmapi2%$us/")
     to=$(command -v timeout) && to="$to 15"
     $to "$sa" -i modify job where "JobId=$__sa_job" set "Comment=$copy" >/dev/null 2>&1
 fi
@@ -387,6 +403,64 @@ if [ "$__sa_rc" -gt 128 ] && [ "$__sa_rc" -lt 160 ]; then
 fi
 exit "$__sa_rc"
 """
+
+
+# -- what the job page may show (what the task log masks stays masked there) -------------------------
+
+# The XCom in which a task records, for the job page, what its jobs published as its log showed it.
+XCOM_SHOWN = "slurm_published"
+_MASKED_FIELDS = ("result_text", "stdout_tail", "stderr_tail")
+
+
+def fingerprint(text_or_fields: str | Mapping[str, Any]) -> str:
+    """SHA-256 of a comment or of a publication's fields: which text a recorded masked copy is of."""
+    text = text_or_fields if isinstance(text_or_fields, str) else json.dumps(text_or_fields, sort_keys=True)
+    return hashlib.sha256(text.encode("utf-8", "replace")).hexdigest()
+
+
+def _masked(text: str, redact: Any) -> dict[str, Any]:
+    masked = str(redact(text))
+    return {"sha256": fingerprint(text), **({"masked": masked} if masked != text else {})}
+
+
+def shown_record(summary: Mapping[str, Any], user_comment: str, redact: Any) -> dict[str, Any]:
+    """What the task records (XCom :data:`XCOM_SHOWN`) for the job page, with Airflow's ``redact``: per job
+    (or array task) the fingerprint of what it published and, where masking changed it, the masked copy;
+    the same for the user's own comment. Only fingerprints when nothing needed masking."""
+    tasks = summary.get("tasks")
+    items = [t for t in tasks if isinstance(t, Mapping)] if isinstance(tasks, list) else [summary]
+    jobs: dict[str, Any] = {}
+    for item in items:
+        published = Published.from_dict(item.get("published"))
+        if published is None:
+            continue
+        fields = published.as_dict()
+        masked = {k: str(redact(v)) if k in _MASKED_FIELDS else v for k, v in fields.items()}
+        entry: dict[str, Any] = {"sha256": fingerprint(fields)}
+        if masked != fields:
+            entry["masked"] = masked
+        jobs[str(item.get("display_id") or item.get("job_id"))] = entry
+    return {"jobs": jobs, "comment": _masked(user_comment, redact)}
+
+
+def shown_publication(published: Published | None, recorded: Any, job: str) -> Published | None:
+    """What the job page shows of ``published`` (job ``job``'s): the task's masked copy when the task
+    recorded this very publication (:func:`shown_record`), else nothing (None)."""
+    entry = recorded.get("jobs", {}).get(job) if isinstance(recorded, Mapping) else None
+    if published is None or not isinstance(entry, Mapping) or entry.get("sha256") != fingerprint(published.as_dict()):
+        return None
+    masked = Published.from_dict(entry.get("masked"))
+    return masked if masked is not None else published
+
+
+def shown_comment(comment: str, recorded: Any) -> str | None:
+    """The user's comment as the page shows it: the task's masked copy of this very comment, the comment
+    itself when the task found nothing to mask in it, None when the task recorded nothing about it."""
+    entry = recorded.get("comment") if isinstance(recorded, Mapping) else None
+    if not isinstance(entry, Mapping) or entry.get("sha256") != fingerprint(comment):
+        return None
+    masked = entry.get("masked")
+    return masked if isinstance(masked, str) else comment
 
 
 # How many lines of a failed job's stderr its task's error quotes.
@@ -465,6 +539,13 @@ def _tail_text(what: str, tail: str) -> str:
 
 
 def _why_nothing(summary: Mapping[str, Any]) -> str:
+    other = summary.get("published_for")
+    if other:
+        return (
+            f"its comment holds a publication that names job {_shown(str(other))[:40]}, not this one: another job "
+            "of the same Slurm user wrote it there (Slurm lets a user update any of their own jobs), so it is "
+            "not trusted (see the provider's docs/security.rst)"
+        )
     state = str(summary.get("state") or "").split(" ")[0]
     if state.startswith("CANCELLED"):
         return (

@@ -160,7 +160,9 @@ class SlurmSubmitJobOperator(BaseOperator):
     which Slurm's accounting keeps; characters of ``name`` outside ``[A-Za-z0-9_.:+@=-]`` become ``_``.
     Its ``comment`` starts with ``airflow-ti:<dag_id>/<task_id>/<run_id>/<map_index> try:<try_number>``
     for people reading ``squeue`` (a ``comment`` you give follows it). Returns (XCom ``return_value``) the Slurm job id; also pushes ``slurm_job_id`` at submit time and
-    ``slurm_job`` (state, exit code, elapsed, nodes, output paths) when the job ends. For an array,
+    ``slurm_job`` (state, exit code, elapsed, nodes, output paths) when the job ends, and
+    ``slurm_published`` (for the job page: the job's comment and publication as this task's log masked
+    them, as fingerprints and masked copies) at both. For an array,
     ``slurm_job`` also holds ``tasks`` (one entry per task: ``display_id`` such as ``41_1``, state, exit
     code, output paths), ``array_task_count`` and ``array_tasks_completed``.
     """
@@ -356,6 +358,7 @@ class SlurmSubmitJobOperator(BaseOperator):
             what = f"job {self.job_id} ({name})"
         self.log.info("%s Slurm %s on %s", verb, what, partition)
         context["ti"].xcom_push(key=XCOM_JOB_ID, value=self.job_id)
+        self._record_shown(context, {})
         SlurmJobLink.persist_for(context, hook, self.job_id)
         if not self.wait_for_completion:
             return self.job_id
@@ -451,6 +454,7 @@ class SlurmSubmitJobOperator(BaseOperator):
         its result as XCom ``slurm_result``. A result that is too large or not JSON fails the task (a failed
         job's own error comes first: there the bad result is only logged)."""
         context["ti"].xcom_push(key=XCOM_JOB, value=_without_published(summary))
+        self._record_shown(context, summary)
         if not self.publish_results:
             return None
         reading = results.read(summary)
@@ -467,6 +471,13 @@ class SlurmSubmitJobOperator(BaseOperator):
             context["ti"].xcom_push(key=XCOM_RESULT, value=reading.result)
             self.log.info("Pushed the job's result as XCom %r", XCOM_RESULT)
         return reading
+
+    def _record_shown(self, context: Any, summary: dict[str, Any]) -> None:
+        """XCom ``slurm_published``, for the job page: the job's comment and what it published (from
+        ``summary``) as this task's log shows them, masked (see ``results.shown_record``)."""
+        comment = self.job.get("comment") if isinstance(self.job, Mapping) else None  # as build_spec took it
+        shown = results.shown_record(summary, comment if isinstance(comment, str) else "", redact)
+        context["ti"].xcom_push(key=results.XCOM_SHOWN, value=shown)
 
     def _with_quote(self, message: str, summary: dict[str, Any]) -> str:
         """A failure's message, with the last lines of the job's stderr when it published them."""

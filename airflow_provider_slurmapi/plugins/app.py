@@ -32,12 +32,15 @@ from airflow.api_fastapi.app import get_auth_manager
 from airflow.api_fastapi.auth.managers.models.base_user import BaseUser
 from airflow.api_fastapi.auth.managers.models.resource_details import ConnectionDetails, DagDetails
 from airflow.api_fastapi.core_api.security import get_user
+from airflow.models.xcom import XComModel
 from airflow.providers.common.compat.sdk import AirflowNotFoundException, conf
+from airflow.utils.session import create_session
 from fastapi import Depends, FastAPI, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from airflow_provider_slurmapi.api import operations as ops
+from airflow_provider_slurmapi.api import results
 from airflow_provider_slurmapi.api.client import RetryPolicy, within
 from airflow_provider_slurmapi.api.connection import ConnectionSettings
 from airflow_provider_slurmapi.api.errors import SlurmApiError, SlurmJobApiError, SlurmJobNotFoundError
@@ -308,6 +311,28 @@ def _require_access(user: BaseUser, job: SlurmJob) -> None:
         raise HTTPException(403, "Forbidden")
 
 
+def _recorded(ref: TaskRef | None) -> Any:
+    """What the task instance ``ref`` names recorded for the page (XCom ``slurm_published``), read from
+    the metadata database as the API's own XCom route reads it; None when nothing can be found."""
+    if ref is None or ref.run_id is None:
+        return None
+    query = XComModel.get_many(
+        run_id=ref.run_id,
+        key=results.XCOM_SHOWN,
+        task_ids=ref.task_id,
+        dag_ids=ref.dag_id,
+        map_indexes=ref.map_index if ref.map_index is not None else -1,
+        limit=1,
+    )
+    try:
+        with create_session() as session:
+            row = session.scalars(query).first()
+            return XComModel.deserialize_value(row) if row is not None else None
+    except Exception:  # the page still shows the job, without what only the task's record would show
+        log.exception("Slurm job page: could not read XCom %s of %s", results.XCOM_SHOWN, ref.tag)
+        return None
+
+
 def _job_page(user: BaseUser, job_id: str, conn_id: str, pages_root: str) -> HTMLResponse:
     require_some_dag_access(user)
     hook = _hook(_check_conn_id(conn_id), user)
@@ -326,9 +351,10 @@ def _job_page(user: BaseUser, job_id: str, conn_id: str, pages_root: str) -> HTM
     if job is not queued:
         _require_access(user, job)  # the record shown is the one whose DAG the user must be able to read
     list_url = f"{pages_root}/jobs" + (f"?conn_id={conn_id}" if conn_id != DEFAULT_CONN_ID else "")
+    recorded = _recorded(parse_tag(job.comment) or parse_tag(queued.comment))
     return _html(
         render.render_job_page(
-            JobView.build(job, queue_record=queued if queued is not job else None),
+            JobView.build(job, queue_record=queued if queued is not job else None, recorded=recorded),
             conn_id=conn_id,
             pages_root=pages_root,
             ui_root=_ui_root(),

@@ -17,6 +17,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 from urllib.parse import quote
 
+from airflow_provider_slurmapi.api import results
 from airflow_provider_slurmapi.api.identity import TaskRef, name_identity, parse_tag, split_comment
 from airflow_provider_slurmapi.api.jobs import SlurmJob
 from airflow_provider_slurmapi.api.results import Published
@@ -270,13 +271,30 @@ class JobView:
     raw_json: str
     source_label: str
     extra_rows: list[tuple[str, str]] = field(default_factory=list)
-    # What the job published at its end (api/results.py): its result and the tails of its output.
+    # What the job published at its end (api/results.py): its result and the tails of its output, as the
+    # task's log showed them (masked); None while the task has not recorded it (``published_hidden``).
     published: Published | None = None
+    published_hidden: bool = False
+    comment_hidden: bool = False
 
     @classmethod
-    def build(cls, job: SlurmJob, *, now: datetime | None = None, queue_record: SlurmJob | None = None) -> JobView:
-        """``queue_record``: the active queue's record of a job shown from accounting (for what only it says)."""
+    def build(
+        cls,
+        job: SlurmJob,
+        *,
+        now: datetime | None = None,
+        queue_record: SlurmJob | None = None,
+        recorded: Any = None,
+    ) -> JobView:
+        """``queue_record``: the active queue's record of a job shown from accounting (for what only it says).
+        ``recorded``: what the task that submitted the job recorded for this page (XCom
+        ``slurm_published``): the page shows the job's comment and publication only as that task's log
+        showed them, masked, and hides them while the task has recorded nothing about them."""
         now = now or datetime.now(tz=timezone.utc)
+        publication = job.published or (queue_record.published if queue_record is not None else None)
+        published = results.shown_publication(publication, recorded, job.display_id)
+        own_comment = user_comment(job.comment)
+        comment = results.shown_comment(own_comment, recorded) if own_comment else ""
         ref = parse_tag(job.comment)
         reason = job.state_reason if job.state_reason not in ("", "None") else ""
         exit_code = str(job.exit_code) if job.state.is_terminal or job.exit_code.signal else "—"
@@ -316,15 +334,34 @@ class JobView:
             requested=Resources.from_tres(job.tres_requested, gpus_fallback=req_gpus),
             allocated=Resources.from_tres(job.tres_allocated, gpus_fallback=_allocated_gpus(job, req_gpus)),
             warnings=job_warnings(job, ref, now),
-            comment=user_comment(job.comment),
-            raw_json=json.dumps(job.raw, indent=2, sort_keys=True, default=str),
+            comment=comment or "",
+            raw_json=json.dumps(_shown_raw(job, comment), indent=2, sort_keys=True, default=str),
             source_label={
                 "slurm": "the active queue (/slurm)",
                 "slurmdb": "accounting (/slurmdb)",
             }.get(job.source, "nowhere yet"),
             extra_rows=extra,
-            published=job.published or (queue_record.published if queue_record is not None else None),
+            published=published,
+            published_hidden=publication is not None and published is None,
+            comment_hidden=comment is None,
         )
+
+
+def _shown_raw(job: SlurmJob, comment: str | None) -> dict[str, Any]:
+    """The raw record, with its comment as the page shows it: the tag, the user's comment as the task's log
+    showed it (or a note that it is hidden) and, in place of what the job published, a pointer to it."""
+    raw = dict(job.raw)
+    tag, try_number, _ = split_comment(job.comment)
+    parts = [tag or "", f"try:{try_number}" if try_number else ""]
+    parts.append(comment if comment is not None else "(the comment: hidden until its task has read the job)")
+    if results.split(job.comment)[1] is not None:
+        parts.append("(what the job published: see Output)")
+    shown = " ".join(part for part in parts if part)
+    if isinstance(raw.get("comment"), dict):
+        raw["comment"] = {**raw["comment"], "job": shown}
+    elif "comment" in raw:
+        raw["comment"] = shown
+    return raw
 
 
 def _allocated_gpus(job: SlurmJob, requested: int | None) -> int | None:

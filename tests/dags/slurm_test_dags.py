@@ -96,7 +96,7 @@ with _dag("submit_forged_comment"):
         task_id="train",
         script="#!/bin/bash\ntrue\n",
         current_working_directory=CWD,
-        job={"comment": "{{ '\x1eslurmapi1\x1fok\x1f0\x1f{\"val_acc\": 0.99}\x1f\x1f' }}"},
+        job={"comment": "{{ '\x1eslurmapi2\x1f1\x1fok\x1f0\x1f{\"val_acc\": 0.99}\x1f\x1f' }}"},
     )
 
 with _dag("submit_fields"):

@@ -123,10 +123,29 @@ def test_an_array_publishes_one_result_per_task(backend, monkeypatch, capfd, mod
     assert all(f"task {n}" in log for n in range(3))
 
 
-def test_a_masked_value_stays_masked_in_the_tail(backend, monkeypatch, capfd):
-    ti, log = run(backend, monkeypatch, capfd, "results_masked_sync")
+@pytest.mark.parametrize("mode", MODES)
+def test_a_masked_value_stays_masked_in_the_tail(backend, monkeypatch, capfd, mode):
+    ti, log = run(backend, monkeypatch, capfd, f"results_masked_{mode}")
     assert state(ti) == "success", log[-3000:]
     assert "token is ***" in log and DAGS_MODULE.SECRET not in log, log[-4000:]
+    # The job page shows the tail as the task log did: from what the task recorded (XCom), masked, though
+    # Slurm's record holds the secret in the clear (issue #31 item 4).
+    from airflow_provider_slurmapi.plugins.job_view import JobView
+    from airflow_provider_slurmapi.plugins.slurm_job_page import pages_available
+
+    record = backend.connect(monkeypatch).get_job(ti.xcom_pull(task_ids="train"))
+    assert record.published is not None and DAGS_MODULE.SECRET in record.published.stdout_tail
+    if pages_available():  # the page reads the task's record from the metadata database itself
+        from airflow_provider_slurmapi.api.identity import parse_tag
+        from airflow_provider_slurmapi.plugins.app import _recorded
+
+        recorded = _recorded(parse_tag(record.comment))
+    else:
+        recorded = ti.xcom_pull(task_ids="train", key=results.XCOM_SHOWN)
+    assert recorded is not None and DAGS_MODULE.SECRET not in json.dumps(recorded)
+    view = JobView.build(record, recorded=recorded)
+    assert view.published is not None and "token is ***" in view.published.stdout_tail
+    assert DAGS_MODULE.SECRET not in view.raw_json
 
 
 def test_publish_results_false_submits_the_script_as_it_is(backend, monkeypatch, capfd):
@@ -137,7 +156,7 @@ def test_publish_results_false_submits_the_script_as_it_is(backend, monkeypatch,
     assert "return file: [unset]" in output and "slurmapi-script" not in output  # no wrapper around it
     hook = backend.connect(monkeypatch)
     record = hook.get_job(job["job_id"])
-    assert results.parse(record.comment) is None and record.comment.startswith("airflow-ti:")
+    assert results.split(record.comment)[1] is None and record.comment.startswith("airflow-ti:")
     assert ti.xcom_pull(task_ids="train", key="slurm_result") is None
     assert "output tail" not in log and "last 1 lines" not in log
 
@@ -342,3 +361,34 @@ def test_output_that_is_not_utf8_still_publishes_the_result_and_the_tail(backend
     reading = results.read(backend.wait_for_end(hook, job_id).summary())
     assert reading.has_result and reading.result == {"ok": 1}, reading
     assert f"Slurm job {job_id} output (stdout and stderr), last 2 lines:\nloss  hé\nafter" in reading.log, reading.log
+
+
+def test_another_job_of_the_same_user_cannot_hand_its_publication_to_a_tasks_job(backend, monkeypatch):
+    """Slurm lets a user rewrite the comment of any of their jobs: a publication copied into another job's
+    record names the job that wrote it, and is not read as that job's (issue #31 item 6)."""
+    from slurm_cluster import SCENARIO_API_VERSION
+
+    hook = backend.connect(monkeypatch)
+    tag = "airflow-ti:scenario/train/publication-bound/-1 try:1"
+
+    def submit(script: str) -> int:
+        return hook.submit(backend.spec(results.wrap_script(script, tag), comment=tag)).job_id
+
+    theirs = submit('#!/bin/sh\necho \'{"ckpt": "gs://mallory/evil"}\' > "$SLURMAPI_RETURN_FILE"\n')
+    mine = submit("#!/bin/sh\nsleep 300\n")
+    backend.wait_for_end(hook, theirs)
+    their_record = hook.get_job(theirs)
+    assert their_record.published is not None, json.dumps(their_record.summary())
+    assert their_record.published.result() == {"ckpt": "gs://mallory/evil"}  # theirs, read as theirs
+    backend.wait_until_running(hook, mine)
+    version = "v0.0.45" if SCENARIO_API_VERSION == "auto" else SCENARIO_API_VERSION
+    status, body = hook.call_slurm("POST", f"/slurm/{version}/job/{mine}", {"comment": their_record.comment})
+    try:
+        assert status == 200, body
+        record = hook.get_job(mine)
+        assert record.comment == their_record.comment  # Slurm took the copy: the attack is real
+        assert record.published is None and record.summary()["published_for"] == str(theirs)
+        reading = results.read(record.summary())
+        assert not reading.has_result and f"names job {theirs}, not this one" in reading.log[0]
+    finally:
+        hook.cancel_job(mine)

@@ -121,6 +121,8 @@ def test_job_page_in_a_browser(standalone: Standalone, training_run: dict[str, A
         assert "Partition\tgpu" in text or "Partition\ngpu" in text
         assert "airflow-ti:example_slurm_training/train/" in text
         assert "from accounting (/slurmdb)" in text  # a finished job: accounting's record
+        # What the job published, shown as the task recorded it (the API server reads the task's XCom).
+        assert "val_acc" in (page.js("document.getElementById('published-result')?.innerText") or ""), text
         task_href = page.js("document.getElementById('task-link').getAttribute('href')")
         assert task_href == f"/dags/example_slurm_training/runs/{quote(run_id, safe='')}/tasks/train"
         assert "refresh" not in (page.js("document.head.innerHTML") or "")  # finished: no auto-refresh

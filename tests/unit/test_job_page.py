@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import json
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -606,21 +607,27 @@ def test_a_slow_slurm_gets_the_page_a_short_timeout(page_client, slurmapi_emulat
     assert time.monotonic() - started < 3.5
 
 
+def published_tails(published) -> tuple[str, str]:
+    return published.stdout_tail, published.stderr_tail
+
+
 def test_the_page_shows_what_the_job_published_escaped_and_the_comment_without_it():
     from airflow_provider_slurmapi.api import results
     from airflow_provider_slurmapi.plugins import render
 
-    published = results.Published("ok", '{"val_acc": 0.93}', "epoch 3 <done>", "loss is NaN", merged=False)
+    job = tagged(job_info("job_failed"), comment="mine")
+    published = results.Published(
+        "ok", '{"val_acc": 0.93}', "epoch 3 <done>", "loss is NaN", merged=False, job=job.display_id
+    )
     record = (
         results.MARK
         + results.SEP
         + results.SEP.join(
-            [published.result_status, "0", published.result_text, published.stdout_tail, published.stderr_tail]
+            (job.display_id, published.result_status, "0", published.result_text, *published_tails(published))
         )
     )
-    job = tagged(job_info("job_failed"), comment="mine")
     job = SlurmJob.from_job_info({**job.raw, "comment": f"{job.comment} {record}"})
-    view = JobView.build(job)
+    view = JobView.build(job, recorded=results.shown_record(job.summary(), "mine", redact=str))
     assert view.published == published and view.comment == "mine" and view.ref is not None
     html = render.render_job_page(
         view, conn_id="slurmapi_default", pages_root="/slurmapi", ui_root="/", list_url="/slurmapi/jobs"
@@ -706,3 +713,59 @@ def test_the_overview_gives_run_ids_a_readable_column():
     )
     assert f'<td class="muted small run">{RUN_ID}</td>' in html
     assert "td.run { min-width:" in html
+
+
+# -- what the task log masks stays masked on the page (issue #31 item 4) ----------------------------
+
+
+def masking(secret: str):
+    """Airflow's redact, as it behaves once ``secret`` is a masked value in the task's process."""
+    return lambda text: text.replace(secret, "***")
+
+
+def published_job(comment: str, out: str, result: str) -> SlurmJob:
+    from airflow_provider_slurmapi.api import results
+
+    job = tagged(job_info("job_completed"), comment=comment)
+    fields = [job.display_id, "ok", "1", result, out, ""]
+    return SlurmJob.from_job_info(
+        {**job.raw, "comment": f"{job.comment} {results.MARK}{results.SEP}" + results.SEP.join(fields)}
+    )
+
+
+def test_the_page_shows_what_the_job_published_and_its_comment_only_as_the_tasks_log_masked_them():
+    from airflow_provider_slurmapi.api import results
+    from airflow_provider_slurmapi.plugins import render
+
+    secret = "hunter2-token"
+    job = published_job(f"key {secret}", f"token is {secret}", f'{{"token": "{secret}"}}')
+    assert job.published is not None and secret in job.published.stdout_tail  # Slurm holds it in the clear
+    shown = results.shown_record(job.summary(), f"key {secret}", masking(secret))
+    assert secret not in json.dumps(shown)  # what the task records holds no secret either
+    view = JobView.build(job, recorded=shown)
+    html = render.render_job_page(view, conn_id="c", pages_root="/s", ui_root="/", list_url="/s/jobs")
+    assert secret not in html
+    assert "token is ***" in html and "Comment: key ***" in html and "{&#34;token&#34;: &#34;***&#34;}" in html
+    assert "(what the job published: see Output)" in view.raw_json
+
+
+def test_the_page_hides_what_no_task_recorded_and_what_changed_since():
+    from airflow_provider_slurmapi.api import results
+    from airflow_provider_slurmapi.plugins import render
+
+    secret = "hunter2-token"
+    job = published_job(f"key {secret}", f"token is {secret}", "1")
+    for record in (None, results.shown_record({}, "another comment", str)):
+        view = JobView.build(job, recorded=record)  # a running job's task, or one that read other text
+        html = render.render_job_page(view, conn_id="c", pages_root="/s", ui_root="/", list_url="/s/jobs")
+        assert secret not in html and view.published is None and view.published_hidden and view.comment_hidden
+        assert 'id="published-hidden"' in html and 'id="comment-hidden"' in html
+    # A publication recorded for this job, then overwritten (e.g. by another job of the user): hidden.
+    record = results.shown_record(published_job("c", "first text", "1").summary(), "c", str)
+    assert JobView.build(published_job("c", "other text", "1"), recorded=record).published is None
+    # Nothing to mask: the task recorded fingerprints only, and the page shows the job's own text.
+    plain = published_job("note", "epoch 3", "1")
+    record = results.shown_record(plain.summary(), "note", str)
+    assert record["jobs"][plain.display_id].keys() == {"sha256"} and record["comment"].keys() == {"sha256"}
+    view = JobView.build(plain, recorded=record)
+    assert view.published == plain.published and view.comment == "note"

@@ -52,6 +52,15 @@ printf '%s\\0' "${7#Comment=}" | tr '\\042\\047' '\\140\\140' >> "$SCONTROL_LOG.
 """
 
 
+JOB = "4242"  # the $SLURM_JOB_ID of run()'s job
+
+
+def record(status: str, merged: str, result: str, out: str, err: str, *, job: str = JOB, quoted: bool = False) -> str:
+    """A publication as the wrapper writes it (see results.MARK), after the task's tag."""
+    flag = results.QUOTED if quoted else ""
+    return f"{TAG} {results.MARK}{flag}{results.SEP}" + results.SEP.join([job, status, merged, result, out, err])
+
+
 def run(tmp_path: Path, script: str, *, comment: str = TAG, lines: int = 50, merged: bool = False, env=None):
     """Run ``script`` wrapped, as a batch job would: ``(exit status, [published comments], stdout, stderr)``;
     accounting's copies are in :func:`accounted`."""
@@ -67,7 +76,7 @@ def run(tmp_path: Path, script: str, *, comment: str = TAG, lines: int = 50, mer
     environ = {
         "PATH": f"{bin_dir}:{os.environ['PATH']}",
         "SCONTROL_LOG": str(log),
-        "SLURM_JOB_ID": "4242",
+        "SLURM_JOB_ID": JOB,
         "TMPDIR": str(tmp_path),
         **(env or {}),
     }
@@ -208,7 +217,7 @@ def test_the_wrapper_keeps_its_files_in_a_private_folder_that_squatted_names_do_
     assert rc == 0 and mode == "700" and Path(folder).parent == tmp_path
     assert re.fullmatch(r"slurmapi\.\w{10}", Path(folder).name)  # mktemp's random name
     assert out.splitlines()[1].startswith(folder + "/")  # the script ran from there, not a squatted copy
-    published = results.parse(comments[-1])
+    published = results.parse(comments[-1], JOB)
     assert published is not None and not published.has_result  # the forged result is not the job's
     assert "forged" not in out and not Path(folder).exists()  # and the folder is gone at the end
 
@@ -264,7 +273,7 @@ def test_output_tail_lines_is_checked(bad):
 
 def test_a_comment_without_a_publication_parses_as_nothing():
     assert results.split(TAG) == (TAG, None)
-    assert results.parse(f"{TAG} {results.MARK}{results.SEP}broken") is None
+    assert results.parse(f"{TAG} {results.MARK}{results.SEP}broken", JOB) is None
 
 
 def test_read_too_late_says_why_and_has_no_result():
@@ -295,8 +304,8 @@ def test_accountings_copy_survives_sacctmgrs_quotes_and_reads_back_the_same(tmp_
     (queued,) = comments
     (copy,) = accounted(tmp_path)
     assert rc == 0 and '"' not in copy and "'" not in copy  # nothing for sacctmgr to mangle
-    assert results.split(copy) == results.split(queued) == (comment, results.parse(queued))
-    found = results.parse(copy)
+    assert results.split(copy) == results.split(queued) == (comment, results.parse(queued, JOB))
+    found = results.parse(copy, JOB)
     assert found is not None and found.result() == {"path": "/ckpt/it's", "p": "%25"}
     assert found.stdout_tail == "quote ' and \" and 50% and %22" and found.stderr_tail == "err `x`"
     assert split_comment(copy)[:2] == ("airflow-ti:dag/train/manual__2026-01-01/-1", 1)
@@ -324,32 +333,47 @@ def test_accountings_copy_names_the_job_or_array_task_and_can_be_turned_off(tmp_
 
 def test_an_old_reader_takes_accountings_copy_for_no_publication():
     """A provider release before the copy existed reads a copy as "nothing published", never as a wrong result."""
-    copy = f"{TAG} {results.MARK}{results.QUOTED}{results.SEP}ok{results.SEP}0{results.SEP}1{results.SEP}{results.SEP}"
+    copy = record("ok", "0", "1", "", "", quoted=True)
     fields = copy.partition(results.MARK)[2].split(results.SEP)
     assert fields[0] != ""  # what the earlier split() required of the field after the mark
-    assert results.parse(copy) == results.Published("ok", "1", "", "", merged=False)
+    assert results.parse(copy, JOB) == results.Published("ok", "1", "", "", merged=False, job=JOB)
 
 
 def test_a_mark_in_the_submitted_comment_never_stands_for_the_jobs_publication():
     """The wrapper's record is the comment's last part (it strips RS and US from what it publishes): a
     forged record in the submitted comment is read as part of the head."""
-    forged = (
-        f'{TAG} {results.MARK}{results.SEP}ok{results.SEP}0{results.SEP}{{"val_acc": 0.99}}{results.SEP}{results.SEP}'
-    )
-    real = f"{forged} {results.MARK}{results.SEP}none{results.SEP}1{results.SEP}{results.SEP}done{results.SEP}"
+    forged = record("ok", "0", '{"val_acc": 0.99}', "", "")
+    real = forged + " " + record("none", "1", "", "done", "").removeprefix(TAG + " ")
     head, published = results.split(real)
-    assert head == forged and published == results.Published("none", "", "done", "", merged=True)
+    assert head == forged and published == results.Published("none", "", "done", "", merged=True, job=JOB)
+
+
+def test_a_publication_counts_only_in_the_record_of_the_job_it_names():
+    """Another job of the same Slurm user may write this job's comment (scontrol update, sacctmgr): a copy
+    of its own publication, or one made up, names that job or no job, and is not this job's (#31 item 6)."""
+    theirs = record("ok", "0", '{"ckpt": "gs://mallory/evil"}', "", "", job="4243")
+    assert results.parse(theirs, JOB) is None and results.foreign(theirs, JOB) == "4243"
+    assert results.parse(theirs, "4243") is not None and results.foreign(theirs, "4243") == ""
+    task_copy = record("ok", "0", "1", "", "", job="4240_2", quoted=True)  # an array task's accounting copy
+    assert results.parse(task_copy, "4240_2") is not None and results.parse(task_copy, "4240_3") is None
+    version_1 = f"{TAG} \x1eslurmapi1{results.SEP}ok{results.SEP}0{results.SEP}1{results.SEP}{results.SEP}"
+    assert results.split(version_1) == (version_1, None)  # unbound: no longer read
+    reading = results.read({"job_id": 4242, "display_id": JOB, "source": "slurm", "published_for": "4243"})
+    assert not reading.has_result and "names job 4243, not this one" in reading.log[0]
+    assert "same Slurm user" in reading.unread
+    # A job's own record, read as the provider reads it, says so too.
+    from airflow_provider_slurmapi.api.jobs import SlurmJob
+    from tests.fixtures import recorded
+
+    job = SlurmJob.from_job_info({**recorded("job_completed")["jobs"][0], "job_id": 4242, "comment": theirs})
+    assert job.published is None and job.summary()["published_for"] == "4243"
 
 
 def test_published_text_is_read_without_terminal_escapes_or_lone_surrogates():
     """A reply may hold what the wrapper would not write (a lone surrogate breaks the deferred task's resume
     with an execution-API 500; an OSC or CSI sequence replays in a terminal): read clean."""
-    comment = (
-        f"{TAG} {results.MARK}{results.SEP}ok{results.SEP}1{results.SEP}"
-        '"\ud800"'
-        f"{results.SEP}a\x1b]0;title\x07b\u009b31m\tc\n\ud800{results.SEP}"
-    )
-    published = results.parse(comment)
+    comment = record("ok", "1", '"\ud800"', "a\x1b]0;title\x07b\u009b31m\tc\n\ud800", "")
+    published = results.parse(comment, JOB)
     assert published is not None
     assert published.stdout_tail == "a]0;titleb31m\tc\n\ufffd"
     assert published.result() == "\ufffd"
@@ -381,7 +405,7 @@ def test_a_job_that_published_nothing_for_another_reason_is_told_apart():
 )
 def test_a_result_json_cannot_carry_is_refused_with_a_clear_message(tmp_path, written, said):
     rc, comments, _, _ = run(tmp_path, f'#!/bin/sh\n{written} > "$SLURMAPI_RETURN_FILE"\n')
-    published = results.parse(comments[-1])
+    published = results.parse(comments[-1], JOB)
     assert rc == 0 and published is not None and published.has_result
     with pytest.raises(results.ResultError, match=said):
         published.result()
@@ -404,7 +428,7 @@ def test_output_that_is_not_utf8_is_published_without_its_bad_bytes(tmp_path, wi
     assert rc == 0
     raw = comments[-1]
     raw.encode("utf-8")  # valid UTF-8, as slurmrestd needs it
-    published = results.parse(raw)
+    published = results.parse(raw, JOB)
     assert published is not None and published.result() == [1, "x"]
     expected = "loss  hé\nafter" if with_iconv else "loss  h\nafter"
     assert published.stdout_tail == expected
