@@ -32,7 +32,7 @@ from airflow.api_fastapi.app import get_auth_manager
 from airflow.api_fastapi.auth.managers.models.base_user import BaseUser
 from airflow.api_fastapi.auth.managers.models.resource_details import ConnectionDetails, DagDetails
 from airflow.api_fastapi.core_api.security import get_user
-from airflow.models.xcom import XComModel
+from airflow.models.xcom import XComModel  # type: ignore[attr-defined,unused-ignore]  # Airflow 3 (as the pages)
 from airflow.providers.common.compat.sdk import AirflowNotFoundException, conf
 from airflow.utils.session import create_session
 from fastapi import Depends, FastAPI, HTTPException, Query, Request
