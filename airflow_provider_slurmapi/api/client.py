@@ -11,10 +11,9 @@ import http.client
 import logging
 import random
 import ssl
-import sys
 import threading
 import time
-from collections.abc import Awaitable, Generator, Iterator, Mapping
+from collections.abc import Generator, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -27,10 +26,10 @@ from airflow_provider_slurmapi.api.errors import (
     GoogleApiError,
     SlurmApiVersionError,
     SlurmAuthError,
+    SlurmBusyError,
     SlurmJobApiError,
     SlurmTransportError,
     fate_unknown,
-    format_messages,
 )
 from airflow_provider_slurmapi.api.fields import DEFAULT_TIMEOUT
 from airflow_provider_slurmapi.api.identity import TaskIdentity
@@ -38,6 +37,7 @@ from airflow_provider_slurmapi.api.jobs import SlurmJob
 from airflow_provider_slurmapi.api.reattach import SubmitOutcome, submit_once
 from airflow_provider_slurmapi.api.spec import JobSpec
 from airflow_provider_slurmapi.api.states import JobState
+from airflow_provider_slurmapi.api.watch import within
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -240,29 +240,7 @@ class BaseSlurmJobApiClient:
         return f"{self.cluster.name}|{self.auth.cache_key()}"
 
 
-async def within(seconds: float, awaitable: Awaitable[T]) -> T:
-    """``awaitable`` bounded by ``seconds`` (``asyncio.TimeoutError`` past them).
-
-    Python 3.11's ``asyncio.wait_for`` can swallow a cancel that comes as the awaited call ends (fixed in
-    3.12): a trigger or poller being stopped would run on. ``asyncio.timeout`` (3.11+) does not.
-    """
-    if sys.version_info >= (3, 11):
-        async with asyncio.timeout(seconds):
-            return await awaitable
-    return await asyncio.wait_for(awaitable, seconds)
-
-
 _SLURM_BUSY = frozenset({502, 503, 504})
-
-
-class SlurmBusyError(SlurmJobApiError):
-    """slurmrestd answered a read with 502/503/504: slurmdbd or slurmctld was out of reach for a moment."""
-
-    retryable = True
-
-    def __init__(self, reply: SlurmReply) -> None:
-        super().__init__(f"Slurm answered HTTP {reply.status} {format_messages(reply.errors)}".strip())
-        self.reply = reply
 
 
 def _causes(err: BaseException) -> Iterator[BaseException]:
@@ -284,17 +262,6 @@ def _never_sent(error: SlurmJobApiError) -> bool:
     if isinstance(error, SlurmAuthError):
         return True
     return isinstance(error, (GoogleApiError, SlurmTransportError)) and not fate_unknown(error)
-
-
-def _detect_version() -> ops.Operation[str]:
-    """The newest API version the cluster answers a ping on."""
-    for version in reversed(versions.SUPPORTED_VERSIONS):
-        if (yield from ops.serves(version)):
-            return version
-    raise SlurmJobApiError(
-        f"api_version auto: the cluster answered no Slurm REST version in {versions.SUPPORTED_VERSIONS}. "
-        "Set api_version explicitly in the connection."
-    )
 
 
 class SlurmJobApiClient(BaseSlurmJobApiClient):
@@ -407,7 +374,7 @@ class SlurmJobApiClient(BaseSlurmJobApiClient):
             with _DETECTED_LOCK:
                 found = _DETECTED.get(key)
             if found is None:
-                found = self.run(_detect_version())
+                found = self.run(ops.detect_version())
                 with _DETECTED_LOCK:
                     _DETECTED[key] = found
             self._api_version = found
@@ -441,9 +408,6 @@ class SlurmJobApiClient(BaseSlurmJobApiClient):
 
     def list_accounted_jobs(self, **filters: str) -> list[SlurmJob]:
         return self.run(ops.list_accounted_jobs(self.api_version, **filters))
-
-    def job_states(self, job_ids: list[object]) -> dict[str, JobState]:
-        return self.run(ops.job_states(self.api_version, job_ids))
 
     def cancel_job(self, job_id: object) -> ops.Cancelled:
         return self.run(ops.cancel_job(self.api_version, job_id))
@@ -544,7 +508,7 @@ class AsyncSlurmJobApiClient(BaseSlurmJobApiClient):
             key = self._version_key()
             found = _DETECTED.get(key)
             if found is None:
-                found = await self.run(_detect_version())
+                found = await self.run(ops.detect_version())
                 _DETECTED[key] = found
             self._api_version = found
         return self._api_version

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from airflow_provider_slurmapi.api.envelope import SlurmReply
 
 # Google statuses a caller may retry after a short wait; the rest are the caller's to fix.
 RETRYABLE_GOOGLE_STATUSES = frozenset({"UNAVAILABLE", "RESOURCE_EXHAUSTED", "DEADLINE_EXCEEDED", "INTERNAL", "ABORTED"})
@@ -147,9 +150,15 @@ class SlurmApiError(SlurmJobApiError):
         self.errors = list(errors)
         self.warnings = list(warnings)
 
-    @property
-    def error_numbers(self) -> list[int]:
-        return [e.error_number for e in self.errors if e.error_number is not None]
+
+class SlurmBusyError(SlurmJobApiError):
+    """slurmrestd answered a read with 502/503/504: slurmdbd or slurmctld was out of reach for a moment."""
+
+    retryable = True
+
+    def __init__(self, reply: SlurmReply) -> None:
+        super().__init__(f"Slurm answered HTTP {reply.status} {format_messages(reply.errors)}".strip())
+        self.reply = reply
 
 
 class SlurmRequestRejectedError(SlurmApiError):

@@ -25,6 +25,7 @@ from airflow_provider_slurmapi.api.errors import (
     GoogleApiError,
     MalformedReplyError,
     SlurmApiError,
+    SlurmJobApiError,
     SlurmJobNotFoundError,
     SlurmMessage,
     format_messages,
@@ -290,6 +291,17 @@ def serves(version: str) -> Operation[bool]:
             return False
         raise
     return 200 <= reply.status < 300
+
+
+def detect_version() -> Operation[str]:
+    """The newest API version the cluster answers a ping on."""
+    for version in reversed(versions.SUPPORTED_VERSIONS):
+        if (yield from serves(version)):
+            return version
+    raise SlurmJobApiError(
+        f"api_version auto: the cluster answered no Slurm REST version in {versions.SUPPORTED_VERSIONS}. "
+        "Set api_version explicitly in the connection."
+    )
 
 
 def served_versions() -> Operation[list[str]]:

@@ -33,9 +33,6 @@ RETRYABLE_STATES = frozenset({"NODE_FAIL", "BOOT_FAIL", "PREEMPTED"})
 
 # Consecutive failed polls (each already retried by the client) a wait tolerates.
 DEFAULT_ERROR_BUDGET = 10
-# Seconds a job id a sensor watches may be in neither the queue nor accounting before the sensor fails
-# saying the id is unknown: room for a job submitted elsewhere a moment ago, not yet recorded.
-UNKNOWN_JOB_GRACE = 120.0
 
 
 @dataclass(frozen=True)

@@ -5,18 +5,27 @@ Shared by the hook's blocking wait and the trigger's async wait, so both tell th
 
 from __future__ import annotations
 
+import asyncio
+import sys
 import time
+from collections.abc import Awaitable
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import TypeVar
 
 from airflow_provider_slurmapi.api.errors import SlurmJobApiError, SlurmJobFailedError, SlurmJobNotFoundError
 from airflow_provider_slurmapi.api.jobs import SlurmArrayJob, SlurmJob
 from airflow_provider_slurmapi.api.states import DEFAULT_ERROR_BUDGET, JobState
 
+T = TypeVar("T")
+
 # How many failed tasks of an array an error names one by one (the rest are counted).
 MAX_TASKS_NAMED = 10
-# How long a job known to exist may be missing from both the queue and accounting (slurmdbd lag).
-UNRECORDED_GRACE = 600.0
+# How long a job id may be in neither the queue nor accounting before a wait says it is unknown: one idea,
+# two defaults. A job the task itself submitted exists (slurmdbd may lag minutes behind a lost reply's
+# submit); an id a sensor was given may simply be wrong (room for a job submitted elsewhere a moment ago).
+UNKNOWN_JOB_GRACE = 600.0
+UNKNOWN_JOB_GRACE_SENSOR = 120.0
 
 
 def format_duration(value: timedelta | float | None, unknown: str = "?") -> str:
@@ -44,14 +53,14 @@ class JobWatch:
     error_budget: int = DEFAULT_ERROR_BUDGET
     last: str = ""
     consecutive_errors: int = 0
-    unrecorded_grace: float = UNRECORDED_GRACE
+    unknown_job_grace: float = UNKNOWN_JOB_GRACE
     unrecorded_since: float | None = None
 
     def observe(self, job: SlurmJob) -> list[str]:
         """Log lines for what is new in ``job``: a state change.
 
         A job that neither the queue nor accounting knows is taken for "not recorded yet" for
-        ``unrecorded_grace`` seconds, then reported as unknown (``SlurmJobNotFoundError``).
+        ``unknown_job_grace`` seconds, then reported as unknown (``SlurmJobNotFoundError``).
         """
         self.consecutive_errors = 0
         self._check_recorded(job.source == "none")
@@ -76,17 +85,17 @@ class JobWatch:
         return [f"Slurm job {job_id}: {text}"]
 
     def _check_recorded(self, unrecorded: bool) -> None:
-        """Time how long the job has been unknown; past ``unrecorded_grace`` seconds, raise."""
+        """Time how long the job has been unknown; past ``unknown_job_grace`` seconds, raise."""
         if not unrecorded:
             self.unrecorded_since = None
             return
         now = time.time()
         if self.unrecorded_since is None:
             self.unrecorded_since = now
-        if now - self.unrecorded_since > self.unrecorded_grace:
+        if now - self.unrecorded_since > self.unknown_job_grace:
             raise SlurmJobNotFoundError(
                 f"Slurm job {self.job_id} is unknown: it has been in neither the active queue nor accounting "
-                f"for {self.unrecorded_grace:.0f}s. Check the job id and the connection's cluster (or whether "
+                f"for {self.unknown_job_grace:.0f}s. Check the job id and the connection's cluster (or whether "
                 "the cluster's accounting keeps jobs this old).",
                 http_status=404,
             )
@@ -108,14 +117,26 @@ class JobWatch:
         )
 
 
-class Deadline:
+async def within(seconds: float, awaitable: Awaitable[T]) -> T:
+    """``awaitable`` bounded by ``seconds`` (``asyncio.TimeoutError`` past them).
+
+    Python 3.11's ``asyncio.wait_for`` can swallow a cancel that comes as the awaited call ends (fixed in
+    3.12): a trigger or poller being stopped would run on. ``asyncio.timeout`` (3.11+) does not.
+    """
+    if sys.version_info >= (3, 11):
+        async with asyncio.timeout(seconds):
+            return await awaitable
+    return await asyncio.wait_for(awaitable, seconds)
+
+
+class WaitDeadline:
     """A wall-clock deadline (epoch seconds, so it survives a restart), or none."""
 
     def __init__(self, at: float | None) -> None:
         self.at = at
 
     @classmethod
-    def after(cls, seconds: float | None) -> Deadline:
+    def after(cls, seconds: float | None) -> WaitDeadline:
         return cls(None if seconds is None else time.time() + seconds)
 
     def remaining(self) -> float | None:

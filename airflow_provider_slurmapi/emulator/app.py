@@ -21,6 +21,7 @@ from .jobs import Job
 from .notation import hostlist
 from .server import Call, EmulatorHTTPServer, Frontend
 from .slurmrest import SlurmRest
+from .status_page import render_job_page
 from .upstream import UpstreamSlurm
 from .versions import RELEASES
 
@@ -244,8 +245,6 @@ class SlurmJobApiEmulator:
         return f"{self.endpoint}/jobs/{{job_id}}"
 
     def _job_page(self, job_id: int) -> str | None:
-        from .status_page import render_job_page
-
         try:
             job = self.job(job_id)
         except KeyError:

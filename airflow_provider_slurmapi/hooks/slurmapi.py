@@ -19,7 +19,7 @@ from airflow_provider_slurmapi.api.jobs import SlurmJob
 from airflow_provider_slurmapi.api.reattach import SubmitOutcome
 from airflow_provider_slurmapi.api.spec import JobSpec
 from airflow_provider_slurmapi.api.states import DEFAULT_ERROR_BUDGET
-from airflow_provider_slurmapi.api.watch import Deadline, JobWatch, outcome_text
+from airflow_provider_slurmapi.api.watch import JobWatch, WaitDeadline, outcome_text
 
 
 def default_deferrable() -> bool:
@@ -191,7 +191,7 @@ class SlurmJobApiHook(BaseHook):
         poll_interval = checks.seconds(poll_interval, "poll_interval")
         if timeout is not None:
             timeout = checks.seconds(timeout, "timeout", zero=True)
-        deadline = Deadline.after(timeout)
+        deadline = WaitDeadline.after(timeout)
         watch = JobWatch(job_id, error_budget=error_budget)
         last: SlurmJob | None = None
         while True:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from airflow.providers.common.compat.sdk import BaseOperatorLink, XCom
+from airflow.providers.common.compat.sdk import BaseOperatorLink, XCom, conf
 
 from airflow_provider_slurmapi.plugins.urls import DEFAULT_CONN_ID, job_page_url
 
@@ -56,12 +56,11 @@ def render_link(template: str, *, job_id: int | str, **fields: str) -> str:
 
 def default_job_url(job_id: int | str, conn_id: str | None) -> str:
     """The provider's job page in this Airflow's web server; empty where the pages are not served (2.x)."""
+    # Here, not at the top: a DAG file that imports the operators loads no plugin (test_import_cost).
     from airflow_provider_slurmapi.plugins.slurm_job_page import pages_available
 
     if not pages_available():
         return ""
-    from airflow.providers.common.compat.sdk import conf
-
     base_url = conf.get("api", "base_url", fallback="") or ""
     return job_page_url(job_id, conn_id or DEFAULT_CONN_ID, base_url=base_url)
 

@@ -41,8 +41,8 @@ from airflow_provider_slurmapi.api.errors import (
     SlurmRequestRejectedError,
     SlurmTransportError,
 )
-from airflow_provider_slurmapi.api.events import FAILED, SUCCESS, TIMEOUT, JobEvent
 from airflow_provider_slurmapi.api.identity import TaskIdentity, TaskTry, tagged_comment, task_instance_tag
+from airflow_provider_slurmapi.api.job_event import FAILED, SUCCESS, TIMEOUT, JobEvent
 from airflow_provider_slurmapi.api.jobs import SlurmJob
 from airflow_provider_slurmapi.api.spec import JobSpec
 from airflow_provider_slurmapi.api.watch import failure_error, outcome_text
@@ -485,7 +485,7 @@ class SlurmSubmitJobOperator(BaseOperator):
         return f"{message}\nLast lines of its stderr:\n{quote}" if quote else message
 
     def execute_complete(self, context: Any, event: dict[str, Any]) -> int:
-        """Resume after the trigger's event (a :class:`~airflow_provider_slurmapi.api.events.JobEvent`)."""
+        """Resume after the trigger's event (a :class:`~airflow_provider_slurmapi.api.job_event.JobEvent`)."""
         ended = JobEvent.from_payload(event)
         job_id = int(ended.job_id)
         self.job_id = job_id

@@ -32,6 +32,8 @@ from airflow.api_fastapi.app import get_auth_manager
 from airflow.api_fastapi.auth.managers.models.base_user import BaseUser
 from airflow.api_fastapi.auth.managers.models.resource_details import ConnectionDetails, DagDetails
 from airflow.api_fastapi.core_api.security import get_user
+from airflow.models.connection import Connection
+from airflow.models.dag import DagModel
 from airflow.models.xcom import XComModel  # type: ignore[attr-defined,unused-ignore]  # Airflow 3 (as the pages)
 from airflow.providers.common.compat.sdk import AirflowNotFoundException, conf
 from airflow.utils.session import create_session
@@ -41,16 +43,17 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from airflow_provider_slurmapi.api import operations as ops
 from airflow_provider_slurmapi.api import results
-from airflow_provider_slurmapi.api.client import RetryPolicy, within
+from airflow_provider_slurmapi.api.client import RetryPolicy
 from airflow_provider_slurmapi.api.connection import ConnectionSettings
 from airflow_provider_slurmapi.api.errors import SlurmApiError, SlurmJobApiError, SlurmJobNotFoundError
 from airflow_provider_slurmapi.api.identity import TaskRef, parse_tag
 from airflow_provider_slurmapi.api.jobs import SlurmJob
 from airflow_provider_slurmapi.api.versions import check_job_id
+from airflow_provider_slurmapi.api.watch import within
 from airflow_provider_slurmapi.hooks.slurmapi import SlurmJobApiHook
 from airflow_provider_slurmapi.plugins import render
 from airflow_provider_slurmapi.plugins.job_view import JobView, listed, merge_listing
-from airflow_provider_slurmapi.plugins.urls import DEFAULT_CONN_ID, base_path
+from airflow_provider_slurmapi.plugins.urls import DEFAULT_CONN_ID, PAGES_PREFIX, base_path
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -109,8 +112,6 @@ def may_read_connection(user: BaseUser, conn_id: str) -> bool:
     team = None
     if conf.getboolean("core", "multi_team", fallback=False):
         try:
-            from airflow.models.connection import Connection
-
             team = Connection.get_team_name(conn_id)
         except Exception:
             log.warning("Could not look up the team of connection %s: refusing it", conn_id, exc_info=True)
@@ -193,8 +194,6 @@ def may_read_dag(user: BaseUser, dag_id: str | None) -> bool:
     if dag_id is not None:
         team = None
         try:
-            from airflow.models.dag import DagModel
-
             get_team = getattr(DagModel, "get_team_name", None)
             team = get_team(dag_id) if get_team else None
         except Exception:
@@ -422,6 +421,4 @@ def create_app() -> FastAPI:
 
 def app_info() -> dict[str, Any]:
     """The plugin's ``fastapi_apps`` entry."""
-    from airflow_provider_slurmapi.plugins.urls import PAGES_PREFIX
-
     return {"app": create_app(), "url_prefix": PAGES_PREFIX, "name": "Slurm job pages"}

@@ -15,9 +15,9 @@ from airflow.providers.common.compat.sdk import (
 
 from airflow_provider_slurmapi.api import checks
 from airflow_provider_slurmapi.api.errors import SlurmJobApiError, SlurmJobNotFoundError, SlurmJobSpecError
-from airflow_provider_slurmapi.api.events import ERROR, TIMEOUT, JobEvent
-from airflow_provider_slurmapi.api.states import TERMINAL_STATES, UNKNOWN_JOB_GRACE, JobState
-from airflow_provider_slurmapi.api.watch import outcome_text
+from airflow_provider_slurmapi.api.job_event import ERROR, TIMEOUT, JobEvent
+from airflow_provider_slurmapi.api.states import TERMINAL_STATES, JobState
+from airflow_provider_slurmapi.api.watch import UNKNOWN_JOB_GRACE_SENSOR, outcome_text
 from airflow_provider_slurmapi.hooks.slurmapi import SlurmJobApiHook, default_deferrable
 from airflow_provider_slurmapi.links.slurmapi import SlurmJobLink
 from airflow_provider_slurmapi.triggers.slurmapi import SlurmJobTrigger
@@ -89,7 +89,7 @@ class SlurmJobSensor(BaseSensorOperator):
         failure_states: Iterable[str] | None = None,
         deferrable: bool | None = None,
         start_from_trigger: bool | None = None,
-        unknown_job_grace: float = UNKNOWN_JOB_GRACE,
+        unknown_job_grace: float = UNKNOWN_JOB_GRACE_SENSOR,
         slurmapi_conn_id: str = SlurmJobApiHook.default_conn_name,
         **kwargs: Any,
     ) -> None:

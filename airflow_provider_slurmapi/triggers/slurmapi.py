@@ -9,14 +9,14 @@ from typing import Any
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from airflow_provider_slurmapi.api import checks, versions
-from airflow_provider_slurmapi.api.client import AsyncSlurmJobApiClient, within
+from airflow_provider_slurmapi.api.client import AsyncSlurmJobApiClient
 from airflow_provider_slurmapi.api.connection import ConnectionSettings
 from airflow_provider_slurmapi.api.errors import SlurmJobApiError, SlurmJobSpecError
-from airflow_provider_slurmapi.api.events import ERROR, REACHED, TIMEOUT, JobEvent
 from airflow_provider_slurmapi.api.fields import DEFAULT_CONN_ID
+from airflow_provider_slurmapi.api.job_event import ERROR, REACHED, TIMEOUT, JobEvent
 from airflow_provider_slurmapi.api.jobs import SlurmArrayJob, SlurmJob
 from airflow_provider_slurmapi.api.states import DEFAULT_ERROR_BUDGET
-from airflow_provider_slurmapi.api.watch import UNRECORDED_GRACE, Deadline, JobWatch
+from airflow_provider_slurmapi.api.watch import UNKNOWN_JOB_GRACE, JobWatch, WaitDeadline, within
 from airflow_provider_slurmapi.hooks.slurmapi import SlurmJobApiHook
 from airflow_provider_slurmapi.triggers.poller import SharedJobPoller
 from airflow_provider_slurmapi.version_compat import AIRFLOW_V_3_0_PLUS, AIRFLOW_V_3_3_PLUS
@@ -62,7 +62,7 @@ class SlurmJobTrigger(BaseTrigger):
         error_budget: int = DEFAULT_ERROR_BUDGET,
         coalesce: bool = True,
         cancel_on_kill: bool = False,
-        unknown_job_grace: float = UNRECORDED_GRACE,
+        unknown_job_grace: float = UNKNOWN_JOB_GRACE,
         read_results: bool = False,
     ) -> None:
         super().__init__()
@@ -191,11 +191,11 @@ class SlurmJobTrigger(BaseTrigger):
         return self._event(TIMEOUT, f"Slurm job {self.job_id} still {state} at the deadline", last)
 
     def _watch(self) -> JobWatch:
-        return JobWatch(self.job_id, error_budget=self.error_budget, unrecorded_grace=self.unknown_job_grace)
+        return JobWatch(self.job_id, error_budget=self.error_budget, unknown_job_grace=self.unknown_job_grace)
 
     async def _run_alone(self, settings: ConnectionSettings, job_id: str) -> AsyncGenerator[TriggerEvent, None]:
         """One client and one GET per poll for this job alone (``coalesce=False``)."""
-        deadline = Deadline(self.deadline)
+        deadline = WaitDeadline(self.deadline)
         watch = self._watch()
         last = None
         client = AsyncSlurmJobApiClient(settings.cluster, **settings.client_kwargs())
@@ -233,7 +233,7 @@ class SlurmJobTrigger(BaseTrigger):
         """Wait on this event loop's shared poller for the cluster: one batched call per tick for all.
 
         ``job_id`` is the canonical spelling, the one the batched replies use."""
-        deadline = Deadline(self.deadline)
+        deadline = WaitDeadline(self.deadline)
         watch = self._watch()
         targets = set(self.target_states or ())
         conn_key = f"{self.slurmapi_conn_id}|{settings.cluster.name}|{settings.auth.cache_key()}"

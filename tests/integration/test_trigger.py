@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from airflow_provider_slurmapi.api.spec import JobSpec
-from airflow_provider_slurmapi.api.watch import UNRECORDED_GRACE
+from airflow_provider_slurmapi.api.watch import UNKNOWN_JOB_GRACE
 from airflow_provider_slurmapi.hooks.slurmapi import SlurmJobApiHook
 from airflow_provider_slurmapi.triggers.poller import SharedJobPoller
 from airflow_provider_slurmapi.triggers.slurmapi import SlurmJobTrigger
@@ -345,7 +345,7 @@ def test_an_unknown_job_id_ends_after_its_grace(hook, coalesce):
 
 def test_the_operators_own_job_keeps_the_long_grace():
     """Its job was just submitted: slurmdbd may lag, so the trigger it defers to waits 600 s (the sensor 120 s)."""
-    assert SlurmJobTrigger(5).unknown_job_grace == UNRECORDED_GRACE == 600
+    assert SlurmJobTrigger(5).unknown_job_grace == UNKNOWN_JOB_GRACE == 600
 
 
 def test_a_missing_connection_is_named_in_the_event(slurmapi_emulator):

@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from airflow_provider_slurmapi.api.client import within
+from airflow_provider_slurmapi.api.watch import within
 from airflow_provider_slurmapi.triggers.poller import Observation, SharedJobPoller
 
 

@@ -1,7 +1,7 @@
 """The operator's and the sensor's resume step on trigger events, without a trigger or a cluster.
 
 Airflow's own provider tests check ``execute_complete`` on event dicts; these do the same with events
-built by the trigger's own contract (:class:`~airflow_provider_slurmapi.api.events.JobEvent`) from jobs
+built by the trigger's own contract (:class:`~airflow_provider_slurmapi.api.job_event.JobEvent`) from jobs
 recorded on real Slurm 24.11, and with the raw payloads an older trigger may have left in the database.
 Whether a failure lets Airflow's ``retries`` run is told by the exception's class: ``AirflowFailException``
 (and its subclasses) skips the retries.
@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from airflow.exceptions import AirflowException, AirflowFailException, AirflowSkipException
 
-from airflow_provider_slurmapi.api.events import ERROR, FAILED, TIMEOUT, JobEvent
+from airflow_provider_slurmapi.api.job_event import ERROR, FAILED, TIMEOUT, JobEvent
 from airflow_provider_slurmapi.api.jobs import SlurmJob
 from airflow_provider_slurmapi.operators.slurmapi import SlurmJobError, SlurmJobFailedNoRetry, SlurmSubmitJobOperator
 from airflow_provider_slurmapi.sensors.slurmapi import SlurmJobSensor

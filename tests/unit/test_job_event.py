@@ -1,4 +1,4 @@
-"""The event contract between trigger and task (api.events), on jobs recorded from real Slurm 24.11."""
+"""The event contract between trigger and task (api.job_event), on jobs recorded from real Slurm 24.11."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import copy
 
 import pytest
 
-from airflow_provider_slurmapi.api.events import ERROR, FAILED, SUCCESS, JobEvent
+from airflow_provider_slurmapi.api.job_event import ERROR, FAILED, SUCCESS, JobEvent
 from airflow_provider_slurmapi.api.jobs import SlurmJob
 from tests.fixtures import recorded
 
