@@ -279,7 +279,8 @@ def main() -> None:
             print(
                 f"{r['triggerers']} triggerer{'s' if r['triggerers'] > 1 else ' ':1} {r['n']:>5} {r['split']:>9} "
                 f"{r['held_s']:>6.0f}s {r['running_s']:>6.0f}s {r['startup_cpu']:>8.1f}s {r['calls_per_tick']:>10.1f} "
-                f"{r['bound']:>5} {r['cpu_per_tick']:>10.3f} {r['pss_before_mb']:>8.0f}MB {r['pss_waiting_mb']:>9.0f}MB "
+                f"{r['bound']:>5} {r['cpu_per_tick']:>10.3f} {r['pss_before_mb']:>8.0f}MB "
+                f"{r['pss_waiting_mb']:>9.0f}MB "
                 f"{r['kb_per_trigger']:>10.0f}"
             )
         for r in bare:

@@ -536,7 +536,8 @@ def main() -> None:
     parser.add_argument(
         "--modes",
         default="coalesced,baseline",
-        help="modes of each N (also: results, coalesced reading published records with their accounting copy; results-queue, without it; results-silent)",
+        help="modes of each N (also: results, coalesced reading published records with their accounting copy; "
+        "results-queue, without it; results-silent)",
     )
     parser.add_argument("--baseline-max", type=int, default=2000, help="largest N for the baseline")
     parser.add_argument("--slow-token", type=float, default=5.0, help="token endpoint delay in the slow-token run")

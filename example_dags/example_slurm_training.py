@@ -45,7 +45,10 @@ with DAG(
 ) as dag:
     prepare = SlurmSubmitJobOperator(
         task_id="prepare_data",
-        script="#!/bin/bash\nset -e\nmkdir -p data\nseq 1 1000 > data/train.csv\necho prepared $(wc -l < data/train.csv) rows\n",
+        script=(
+            "#!/bin/bash\nset -e\nmkdir -p data\nseq 1 1000 > data/train.csv\n"
+            "echo prepared $(wc -l < data/train.csv) rows\n"
+        ),
         current_working_directory=WORKDIR,
         time_limit=10,
         poll_interval=1,

@@ -255,12 +255,14 @@ _WRAPPER = """#!/bin/sh
 # Its files live in a folder of its own (mktemp -d: a name nobody can guess, mode 0700), never under a
 # name another user of the node could create first; any failed write ends the job before the script runs.
 __sa_fail() {{
-    echo "slurmapi: $1: the job's script was not run (set TMPDIR, in the operator's environment, to a folder the job's user can write to)" >&2
+    echo "slurmapi: $1: the job's script was not run" \\
+        "(set TMPDIR, in the operator's environment, to a folder the job's user can write to)" >&2
     [ -z "${{__sa_dir:-}}" ] || rm -rf "$__sa_dir"
     exit 1
 }}
 __sa_dir=
-__sa_dir=$(umask 077 && mktemp -d "${{TMPDIR:-/tmp}}/slurmapi.XXXXXXXXXX") && [ -d "$__sa_dir" ] && [ -O "$__sa_dir" ] ||
+__sa_dir=$(umask 077 && mktemp -d "${{TMPDIR:-/tmp}}/slurmapi.XXXXXXXXXX") &&
+    [ -d "$__sa_dir" ] && [ -O "$__sa_dir" ] ||
     __sa_fail "cannot make a private folder in ${{TMPDIR:-/tmp}}"
 __sa_script=$__sa_dir/slurmapi-script.${{SLURM_JOB_ID:-$$}}
 SLURMAPI_RETURN_FILE=$__sa_dir/slurmapi-result.json

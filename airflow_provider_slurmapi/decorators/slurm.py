@@ -96,6 +96,9 @@ class _SlurmScriptDecoratedOperator(_SlurmDecoratedOperator):
 def slurm_script_task(python_callable: Callable[..., Any] | None = None, **kwargs: Any) -> TaskDecorator:
     """Wrap a function that returns a batch script into a task that submits it to Slurm and waits.
 
+    .. seealso::
+        How to use it: :doc:`/operators/slurmapi`.
+
     Takes every :class:`~airflow_provider_slurmapi.operators.slurmapi.SlurmSubmitJobOperator` argument
     except ``script``. The returned script is rendered as a template (Jinja, like ``script``), so
     ``{{ ds }}`` and friends work in it.
@@ -176,6 +179,9 @@ class _SlurmPythonDecoratedOperator(_SlurmDecoratedOperator):
 
 def slurm_task(python_callable: Callable[..., Any] | None = None, **kwargs: Any) -> TaskDecorator:
     """Wrap a function into a task that runs it on Slurm, as a batch job, and returns its return value.
+
+    .. seealso::
+        How to use it: :doc:`/operators/slurmapi`.
 
     The function's source and its arguments (JSON) are sent in the job's script; the job runs it with
     ``python_command`` (default ``python3``), and its JSON return value becomes the task's

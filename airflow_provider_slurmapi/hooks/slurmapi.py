@@ -32,6 +32,9 @@ def default_deferrable() -> bool:
 class SlurmJobApiHook(BaseHook):
     """Talks to a cluster's Slurm Job API (``callSlurmRestApi``) through an Airflow connection.
 
+    .. seealso::
+        How to use it: :doc:`/hooks/slurmapi`; its connection: :doc:`/connections/slurmapi`.
+
     :param slurmapi_conn_id: connection of type ``slurmapi`` (default ``slurmapi_default``) whose extra
         holds ``project_id``, ``region``, ``cluster_id`` and optionally credentials and overrides.
     """

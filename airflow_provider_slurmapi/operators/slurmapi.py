@@ -90,11 +90,15 @@ def _fail(error: SlurmJobApiError, *, retry_on_job_failure: bool) -> AirflowExce
     return SlurmJobError(str(error))
 
 
-SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|(^|_)KEY($|_)|APIKEY", re.IGNORECASE)
+# Environment names whose values are masked (docs/security.rst lists them; test_operators checks each).
+SECRET_NAME = re.compile(
+    r"TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|(^|_)KEY($|_)|(API|SSH|PRIVATE|ACCESS|AUTH|SIGNING|ENCRYPTION|MASTER)_?KEY",
+    re.IGNORECASE,
+)
 
 
 def secret_values(environment: Any) -> list[str]:
-    """Values of environment entries whose names look secret (``*TOKEN*``, ``*SECRET*``, ``*KEY*``, ...)."""
+    """Values of environment entries whose names look secret (:data:`SECRET_NAME`: see docs/security.rst)."""
     if isinstance(environment, Mapping):
         pairs = [(str(k), v) for k, v in environment.items()]
     elif isinstance(environment, (list, tuple)):
@@ -111,6 +115,9 @@ def default_job_name(dag_id: str, task_id: str) -> str:
 
 class SlurmSubmitJobOperator(BaseOperator):
     """Submit a Slurm batch job and (by default) wait for it to finish.
+
+    .. seealso::
+        How to use it: :doc:`/operators/slurmapi`.
 
     :param script: the batch script's content, templated. A value ending in ``.sh`` or ``.bash`` is a
         template file found on the DAG's template search path, rendered like BashOperator's.
@@ -159,7 +166,8 @@ class SlurmSubmitJobOperator(BaseOperator):
     hash ``dag_id/task_id/run_id/map_index``; ``run`` is the first try since the task was last cleared),
     which Slurm's accounting keeps; characters of ``name`` outside ``[A-Za-z0-9_.:+@=-]`` become ``_``.
     Its ``comment`` starts with ``airflow-ti:<dag_id>/<task_id>/<run_id>/<map_index> try:<try_number>``
-    for people reading ``squeue`` (a ``comment`` you give follows it). Returns (XCom ``return_value``) the Slurm job id; also pushes ``slurm_job_id`` at submit time and
+    for people reading ``squeue`` (a ``comment`` you give follows it). Returns (XCom ``return_value``) the
+    Slurm job id; also pushes ``slurm_job_id`` at submit time and
     ``slurm_job`` (state, exit code, elapsed, nodes, output paths) when the job ends, and
     ``slurm_published`` (for the job page: the job's comment and publication as this task's log masked
     them, as fingerprints and masked copies) at both. For an array,
@@ -551,6 +559,9 @@ def _without_published(summary: dict[str, Any]) -> dict[str, Any]:
 
 class SlurmCancelJobOperator(BaseOperator):
     """Cancel a Slurm job; succeeds also when the job had already finished.
+
+    .. seealso::
+        How to use it: :doc:`/operators/slurmapi`.
 
     :param job_id: the Slurm job id (templated, e.g. ``{{ ti.xcom_pull('train') }}``).
     :param wait_for_termination: wait until the job has really stopped (default True).

@@ -44,6 +44,9 @@ def _triggerer_cannot_render(value: str | int) -> bool:
 class SlurmJobSensor(BaseSensorOperator):
     """Wait until a Slurm job reaches a success state; fail on a failure state.
 
+    .. seealso::
+        How to use it: :doc:`/sensors/slurmapi`.
+
     :param job_id: the Slurm job id (templated, e.g. ``{{ ti.xcom_pull(task_ids='submit') }}``).
     :param success_states: base states that mean success (default ``["COMPLETED"]``): a list of Slurm
         state names (``PENDING``, ``RUNNING``, ``COMPLETED``, ``FAILED``, ...); a bare string or a name

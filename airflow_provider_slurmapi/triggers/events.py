@@ -61,6 +61,9 @@ SKEW_TOLERANCE = 5.0
 class SlurmJobEventTrigger(BaseEventTrigger):
     """Fires one event each time a Slurm job matching the filter ends (for an ``AssetWatcher``).
 
+    .. seealso::
+        How to use it: :doc:`/triggers/slurmapi`.
+
     Every filter field is optional; given fields must all match.
 
     :param slurmapi_conn_id: the ``slurmapi`` connection (the cluster).

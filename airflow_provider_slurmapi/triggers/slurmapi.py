@@ -27,6 +27,9 @@ from airflow_provider_slurmapi.version_compat import AIRFLOW_V_3_0_PLUS, AIRFLOW
 class SlurmJobTrigger(BaseTrigger):
     """Polls a Slurm job until it is terminal, then emits one event.
 
+    .. seealso::
+        How to use it: :doc:`/triggers/slurmapi`.
+
     :param job_id: the Slurm job id.
     :param slurmapi_conn_id: the ``slurmapi`` connection.
     :param poll_interval: seconds between polls (default 30).
@@ -48,8 +51,8 @@ class SlurmJobTrigger(BaseTrigger):
 
     The event's payload: ``status`` (success, failed, reached, timeout, error), ``job_id``, ``message``
     and ``job`` (the job summary, when one was read). An array's id waits for every task: ``job`` is the
-    array's summary with its ``tasks``, and a failure's ``message`` names each failed task. ``run()`` only reads: it has no side effects, so a
-    trigger that runs twice (triggerer HA) is harmless.
+    array's summary with its ``tasks``, and a failure's ``message`` names each failed task. ``run()`` only
+    reads: it has no side effects, so a trigger that runs twice (triggerer HA) is harmless.
     """
 
     def __init__(

@@ -43,7 +43,10 @@ SCRIPTS = {
     # publish_results=False: the script is submitted as it is; it sees no $SLURMAPI_RETURN_FILE.
     "results_off": '#!/bin/sh\necho "return file: [${SLURMAPI_RETURN_FILE:-unset}] $0"\n',
     # One result per array task.
-    "results_array": '#!/bin/sh\necho "task $SLURM_ARRAY_TASK_ID"\necho "{\\"task\\": $SLURM_ARRAY_TASK_ID}" > "$SLURMAPI_RETURN_FILE"\n',
+    "results_array": (
+        '#!/bin/sh\necho "task $SLURM_ARRAY_TASK_ID"\n'
+        'echo "{\\"task\\": $SLURM_ARRAY_TASK_ID}" > "$SLURMAPI_RETURN_FILE"\n'
+    ),
 }
 ARRAY = {"results_array"}
 # Separate stdout and stderr files, so that each tail is its own.

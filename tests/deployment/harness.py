@@ -37,7 +37,11 @@ from airflow_provider_slurmapi.sensors.slurmapi import SlurmJobSensor
 with DAG({dag_id!r}, schedule=None, start_date=pendulum.datetime(2026, 1, 1, tz="UTC"), max_active_tasks=5000):
     for i, job_id in enumerate({job_ids!r}):
         SlurmJobSensor(
-            task_id=f"wait_{{i}}", job_id=job_id, deferrable=True, start_from_trigger={start_from_trigger!r}, poke_interval=5
+            task_id=f"wait_{{i}}",
+            job_id=job_id,
+            deferrable=True,
+            start_from_trigger={start_from_trigger!r},
+            poke_interval=5,
         )
 """
 LOGS = ARTIFACTS / "deployment"

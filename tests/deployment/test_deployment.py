@@ -80,7 +80,8 @@ def test_tasks_and_sensors_wait_across_two_triggerers_and_survive_losing_one(dep
     per_tick, cpu, paths = calls_per_tick(deployment, ticks=4)
     bound = 2 * (math.ceil(waiting / 500) + 1)
     print(
-        f"\n{waiting} waiting triggers held {holders}: {per_tick:.1f} calls per tick (bound {bound}), triggerer CPU {cpu}"
+        f"\n{waiting} waiting triggers held {holders}: {per_tick:.1f} calls per tick (bound {bound}), "
+        f"triggerer CPU {cpu}"
     )
     assert per_tick <= bound, paths[:40]
 

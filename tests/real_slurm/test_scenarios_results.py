@@ -84,7 +84,10 @@ def test_a_job_killed_at_its_time_limit_still_publishes_its_tail(backend, monkey
     # ends) or, deferred, the final one after the TERM (in accounting's copy, which sacctmgr still writes).
     # Real slurmstepd writes its "CANCELLED ... DUE TO TIME LIMIT" line between the two ("slurmstepd-<node>:
     # error: ..." on 24.11, "[<time>] error: ..." on 26.05).
-    final = rf"output \(stdout and stderr\), last [23] lines:\n{OUT}\n(.*error: \*\*\* JOB \d+ ON .* DUE TO TIME LIMIT \*\*\*\n)?{DAGS_MODULE.TERM_MARKER}"
+    final = (
+        rf"output \(stdout and stderr\), last [23] lines:\n{OUT}\n"
+        rf"(.*error: \*\*\* JOB \d+ ON .* DUE TO TIME LIMIT \*\*\*\n)?{DAGS_MODULE.TERM_MARKER}"
+    )
     early = rf"output \(stdout and stderr\), last 1 lines:\n{OUT}"
     at = log.find("output (stdout and stderr)")  # the tail as the task log shows it
     assert re.search(final if mode == "deferred" else early, log), log[at : at + 1500] if at >= 0 else log[-3000:]
@@ -354,7 +357,8 @@ def test_output_that_is_not_utf8_still_publishes_the_result_and_the_tail(backend
     hook = backend.connect(monkeypatch)
     comment = "airflow-ti:d/t/r/-1 try:1"
     script = results.wrap_script(
-        "#!/bin/sh\nprintf 'loss \\377\\376 h\\303\\251\\nafter\\n'\nprintf '{\"ok\": 1}' > \"$SLURMAPI_RETURN_FILE\"\n",
+        "#!/bin/sh\nprintf 'loss \\377\\376 h\\303\\251\\nafter\\n'\n"
+        'printf \'{"ok": 1}\' > "$SLURMAPI_RETURN_FILE"\n',
         comment,
     )
     job_id = hook.submit(backend.spec(script, comment=comment)).job_id

@@ -3,7 +3,8 @@
 A DAG scheduled on an asset watched by the trigger (``tests/standalone/dags/job_event_dags.py``) runs once
 per matching Slurm job that ends, and for no other job; after a triggerer restart it does not run again for
 the jobs it has already seen, and does for the job that ended while no triggerer ran (the watcher's
-watermark lives in the asset's state store). The jobs are submitted outside Airflow, straight to the cluster (the emulator process).
+watermark lives in the asset's state store). The jobs are submitted outside Airflow, straight to the
+cluster (the emulator process).
 """
 
 from __future__ import annotations

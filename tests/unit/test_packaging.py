@@ -62,3 +62,17 @@ def test_every_imported_library_is_declared():
 
 def test_the_exceptions_are_still_imported():
     assert set(PROVIDED) <= imported_modules()
+
+
+def test_the_docs_list_every_runtime_dependency_with_its_version():
+    """docs/index.rst's requirements table is the package's own list (it once named 4 of 9)."""
+    tomllib = pytest.importorskip("tomllib")
+    declared = {
+        _normal(name): version
+        for name, version in (
+            re.match(r"([A-Za-z0-9_.-]+)\s*([^;#]*)", r).groups()  # type: ignore[union-attr]
+            for r in tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+        )
+    }
+    table = re.findall(r"^``([A-Za-z0-9_.-]+)``\s+``([^`]+)``", (ROOT / "docs/index.rst").read_text(), re.M)
+    assert {_normal(name): version for name, version in table} == {k: v.strip() for k, v in declared.items()}

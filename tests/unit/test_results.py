@@ -254,7 +254,8 @@ def test_a_time_limited_job_publishes_before_its_end_and_the_final_record_wins(t
     """Slurm refuses the update of a job killed at its time limit: the wrapper publishes before
     ``$SLURM_JOB_END_TIME`` (halfway through a short limit), and a job that ends normally later publishes
     again, after that publication (never overwritten by it)."""
-    script = '#!/bin/sh\necho before\nwhile [ ! -s "$SCONTROL_LOG" ]; do sleep 0.1; done\necho after\n'  # ends once the early publication is in
+    # ends once the early publication is in
+    script = '#!/bin/sh\necho before\nwhile [ ! -s "$SCONTROL_LOG" ]; do sleep 0.1; done\necho after\n'
     end = str(int(time.time()) + 4)
     rc, comments, _, _ = run(tmp_path, script, env={"SLURM_JOB_END_TIME": end})
     assert rc == 0
@@ -415,7 +416,10 @@ def test_a_result_json_cannot_carry_is_refused_with_a_clear_message(tmp_path, wr
 def test_output_that_is_not_utf8_is_published_without_its_bad_bytes(tmp_path, with_iconv):
     """slurmrestd drops a comment that is not UTF-8, and the whole publication with it: the wrapper leaves
     the bad bytes out (iconv -c; without iconv, every byte past ASCII)."""
-    script = "#!/bin/sh\nprintf 'loss \\377\\376 h\\303\\251\\nafter\\n'\nprintf '[1, \"\\377x\"]' > \"$SLURMAPI_RETURN_FILE\"\n"
+    script = (
+        "#!/bin/sh\nprintf 'loss \\377\\376 h\\303\\251\\nafter\\n'\n"
+        'printf \'[1, "\\377x"]\' > "$SLURMAPI_RETURN_FILE"\n'
+    )
     env = None
     if not with_iconv:
         tools = tmp_path / "tools"
