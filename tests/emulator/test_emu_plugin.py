@@ -48,3 +48,34 @@ def test_connection_helpers() -> None:
         }
         assert emu.connection_uri().startswith("slurmapi://?__extra__=%7B")
         assert list(emu.airflow_env("my_conn")) == ["AIRFLOW_CONN_MY_CONN"]
+
+
+def test_without_the_emulator_extra_the_plugin_is_harmless_and_the_fixture_names_the_extra(tmp_path) -> None:
+    """A user's Airflow without the ``emulator`` extra (no cryptography): their own pytest runs with the
+    plugin loaded; a test that asks for the fixture fails saying which extra to install."""
+    (tmp_path / "test_user.py").write_text(
+        "def test_plain():\n    assert True\n\n\ndef test_emulated(slurmapi_emulator):\n    pass\n"
+    )
+    # Plays "cryptography is not installed" for the process (a None entry makes its import fail).
+    (tmp_path / "conftest.py").write_text("import sys\nsys.modules['cryptography'] = None\n")
+    run = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=300,
+    )
+    assert "1 passed" in run.stdout and "1 error" in run.stdout, run.stdout[-3000:]
+    assert "pip install 'airflow-provider-slurmapi[emulator]'" in run.stdout, run.stdout[-3000:]
+    cli = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys; sys.modules['cryptography'] = None; import runpy; "
+            "runpy.run_module('airflow_provider_slurmapi.emulator', run_name='__main__')",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert cli.returncode != 0 and "airflow-provider-slurmapi[emulator]" in cli.stderr, cli.stderr[-2000:]
