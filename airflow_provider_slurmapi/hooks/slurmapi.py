@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
+from functools import cached_property
 from typing import Any
 
 from airflow.providers.common.compat.sdk import BaseHook
@@ -92,8 +93,15 @@ class SlurmJobApiHook(BaseHook):
 
     async def get_async_conn(self) -> AsyncSlurmJobApiClient:
         """A non-blocking client (the caller closes it with ``aclose``)."""
-        settings = await self.aget_settings()
-        return AsyncSlurmJobApiClient(settings.cluster, **self._client_kwargs(settings))
+        await self.aget_settings()
+        return self.async_client()
+
+    def async_client(self) -> AsyncSlurmJobApiClient:
+        """A non-blocking client on the settings already read (``aget_settings``): the one way every
+        trigger and poller makes its client (the caller closes it with ``aclose``)."""
+        if self._settings is None:
+            raise RuntimeError("read the connection first: await aget_settings() (or use get_async_conn)")
+        return AsyncSlurmJobApiClient(self._settings.cluster, **self._client_kwargs(self._settings))
 
     # -- API --------------------------------------------------------------------------------------
 
@@ -253,3 +261,15 @@ class SlurmJobApiHook(BaseHook):
     def get_ui_field_behaviour(cls) -> dict[str, Any]:
         """Hide the standard fields the connection does not use."""
         return ui_field_behaviour()
+
+
+class SlurmApiHookMixin:
+    """The hook the provider's operators and sensor share: one per task run, on ``slurmapi_conn_id``
+    (its clients, connection pools and tokens made once), as official providers keep theirs."""
+
+    slurmapi_conn_id: str
+
+    @cached_property
+    def hook(self) -> SlurmJobApiHook:
+        """The ``slurmapi_conn_id`` connection's hook, made on first use."""
+        return SlurmJobApiHook(slurmapi_conn_id=self.slurmapi_conn_id)

@@ -46,7 +46,7 @@ from airflow_provider_slurmapi.api.job_event import FAILED, SUCCESS, TIMEOUT, Jo
 from airflow_provider_slurmapi.api.jobs import SlurmJob
 from airflow_provider_slurmapi.api.spec import JobSpec
 from airflow_provider_slurmapi.api.watch import failure_error, outcome_text
-from airflow_provider_slurmapi.hooks.slurmapi import SlurmJobApiHook, default_deferrable
+from airflow_provider_slurmapi.hooks.slurmapi import SlurmApiHookMixin, SlurmJobApiHook, default_deferrable
 from airflow_provider_slurmapi.links.slurmapi import SlurmJobLink
 from airflow_provider_slurmapi.triggers.slurmapi import SlurmJobTrigger
 from airflow_provider_slurmapi.version_compat import AIRFLOW_V_3_0_PLUS
@@ -113,7 +113,7 @@ def default_job_name(dag_id: str, task_id: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]", "_", f"{dag_id}.{task_id}")[:200]
 
 
-class SlurmSubmitJobOperator(BaseOperator):
+class SlurmSubmitJobOperator(SlurmApiHookMixin, BaseOperator):
     """Submit a Slurm batch job and (by default) wait for it to finish.
 
     .. seealso::
@@ -255,10 +255,6 @@ class SlurmSubmitJobOperator(BaseOperator):
                 f"{gpus_per_node!r} is not a GPU count",
                 "Give an int: the GPUs on each node (0: none).",
             )
-
-    @property
-    def hook(self) -> SlurmJobApiHook:
-        return SlurmJobApiHook(slurmapi_conn_id=self.slurmapi_conn_id)
 
     def render_template_fields(self, context: Any, jinja_env: Any = None) -> None:
         """Render, then mask secret-looking environment values before Airflow stores or logs them."""
@@ -557,7 +553,7 @@ def _without_published(summary: dict[str, Any]) -> dict[str, Any]:
     return plain
 
 
-class SlurmCancelJobOperator(BaseOperator):
+class SlurmCancelJobOperator(SlurmApiHookMixin, BaseOperator):
     """Cancel a Slurm job; succeeds also when the job had already finished.
 
     .. seealso::
@@ -587,7 +583,7 @@ class SlurmCancelJobOperator(BaseOperator):
         self.slurmapi_conn_id = slurmapi_conn_id
 
     def execute(self, context: Any) -> dict[str, Any] | None:
-        hook = SlurmJobApiHook(slurmapi_conn_id=self.slurmapi_conn_id)
+        hook = self.hook
         try:
             hook.cancel_job(self.job_id)
             if not self.wait_for_termination:

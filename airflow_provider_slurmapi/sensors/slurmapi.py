@@ -18,7 +18,7 @@ from airflow_provider_slurmapi.api.errors import SlurmJobApiError, SlurmJobNotFo
 from airflow_provider_slurmapi.api.job_event import ERROR, TIMEOUT, JobEvent
 from airflow_provider_slurmapi.api.states import TERMINAL_STATES, JobState
 from airflow_provider_slurmapi.api.watch import UNKNOWN_JOB_GRACE_SENSOR, outcome_text
-from airflow_provider_slurmapi.hooks.slurmapi import SlurmJobApiHook, default_deferrable
+from airflow_provider_slurmapi.hooks.slurmapi import SlurmApiHookMixin, SlurmJobApiHook, default_deferrable
 from airflow_provider_slurmapi.links.slurmapi import SlurmJobLink
 from airflow_provider_slurmapi.triggers.slurmapi import SlurmJobTrigger
 from airflow_provider_slurmapi.version_compat import AIRFLOW_V_3_3_PLUS
@@ -41,7 +41,7 @@ def _triggerer_cannot_render(value: str | int) -> bool:
     return _is_templated(value) and "xcom_pull" in str(value) and "map_indexes" not in str(value)
 
 
-class SlurmJobSensor(BaseSensorOperator):
+class SlurmJobSensor(SlurmApiHookMixin, BaseSensorOperator):
     """Wait until a Slurm job reaches a success state; fail on a failure state.
 
     .. seealso::
@@ -176,14 +176,14 @@ class SlurmJobSensor(BaseSensorOperator):
 
     def _persist_link(self, context: Any) -> None:
         try:
-            SlurmJobLink.persist_for(context, SlurmJobApiHook(slurmapi_conn_id=self.slurmapi_conn_id), self.job_id)
+            SlurmJobLink.persist_for(context, self.hook, self.job_id)
         except Exception as err:
             # A missing connection too: the trigger's event, handled next, tells the task's real outcome.
             self.log.warning("Could not store the Slurm job link for job %s: %s", self.job_id, err)
         self._link_done = True
 
     def poke(self, context: Any) -> bool:
-        hook = SlurmJobApiHook(slurmapi_conn_id=self.slurmapi_conn_id)
+        hook = self.hook
         try:
             if not self._link_done:
                 SlurmJobLink.persist_for(context, hook, self.job_id)

@@ -9,7 +9,6 @@ from typing import Any
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from airflow_provider_slurmapi.api import checks, versions
-from airflow_provider_slurmapi.api.client import AsyncSlurmJobApiClient
 from airflow_provider_slurmapi.api.connection import ConnectionSettings
 from airflow_provider_slurmapi.api.errors import SlurmJobApiError, SlurmJobSpecError
 from airflow_provider_slurmapi.api.fields import DEFAULT_CONN_ID
@@ -107,8 +106,9 @@ class SlurmJobTrigger(BaseTrigger):
         except SlurmJobSpecError as err:
             yield self._event(ERROR, str(err))
             return
+        hook = SlurmJobApiHook(slurmapi_conn_id=self.slurmapi_conn_id)
         try:
-            settings = await SlurmJobApiHook(slurmapi_conn_id=self.slurmapi_conn_id).aget_settings()
+            settings = await hook.aget_settings()
         except SlurmJobApiError as err:
             yield self._event(ERROR, str(err))
             return
@@ -117,7 +117,7 @@ class SlurmJobTrigger(BaseTrigger):
             # error states the cause, rather than Airflow's bare "Trigger failure".
             yield self._event(ERROR, f"Could not read connection {self.slurmapi_conn_id!r}: {err}")
             return
-        waiting = self._run_shared(settings, job_id) if self.coalesce else self._run_alone(settings, job_id)
+        waiting = self._run_shared(hook, settings, job_id) if self.coalesce else self._run_alone(hook, job_id)
         try:
             async for event in waiting:
                 yield event
@@ -160,8 +160,7 @@ class SlurmJobTrigger(BaseTrigger):
     async def _cancel_job(self, why: str) -> None:
         self.log.info("Cancelling Slurm job %s because %s", self.job_id, why)
         try:
-            settings = await SlurmJobApiHook(slurmapi_conn_id=self.slurmapi_conn_id).aget_settings()
-            async with AsyncSlurmJobApiClient(settings.cluster, **settings.client_kwargs()) as client:
+            async with await SlurmJobApiHook(slurmapi_conn_id=self.slurmapi_conn_id).get_async_conn() as client:
                 await client.cancel_job(self.job_id)
         except Exception as err:
             self.log.error("Could not cancel Slurm job %s: %s", self.job_id, err)
@@ -196,12 +195,12 @@ class SlurmJobTrigger(BaseTrigger):
     def _watch(self) -> JobWatch:
         return JobWatch(self.job_id, error_budget=self.error_budget, unknown_job_grace=self.unknown_job_grace)
 
-    async def _run_alone(self, settings: ConnectionSettings, job_id: str) -> AsyncGenerator[TriggerEvent, None]:
+    async def _run_alone(self, hook: SlurmJobApiHook, job_id: str) -> AsyncGenerator[TriggerEvent, None]:
         """One client and one GET per poll for this job alone (``coalesce=False``)."""
         deadline = WaitDeadline(self.deadline)
         watch = self._watch()
         last = None
-        client = AsyncSlurmJobApiClient(settings.cluster, **settings.client_kwargs())
+        client = await hook.get_async_conn()
         try:
             while True:
                 try:
@@ -232,7 +231,9 @@ class SlurmJobTrigger(BaseTrigger):
         finally:
             await client.aclose()
 
-    async def _run_shared(self, settings: ConnectionSettings, job_id: str) -> AsyncGenerator[TriggerEvent, None]:
+    async def _run_shared(
+        self, hook: SlurmJobApiHook, settings: ConnectionSettings, job_id: str
+    ) -> AsyncGenerator[TriggerEvent, None]:
         """Wait on this event loop's shared poller for the cluster: one batched call per tick for all.
 
         ``job_id`` is the canonical spelling, the one the batched replies use."""
@@ -240,9 +241,7 @@ class SlurmJobTrigger(BaseTrigger):
         watch = self._watch()
         targets = set(self.target_states or ())
         conn_key = f"{self.slurmapi_conn_id}|{settings.cluster.name}|{settings.auth.cache_key()}"
-        poller = SharedJobPoller.get(
-            conn_key, self.poll_interval, lambda: AsyncSlurmJobApiClient(settings.cluster, **settings.client_kwargs())
-        )
+        poller = SharedJobPoller.get(conn_key, self.poll_interval, hook.async_client)
         queue = poller.subscribe(job_id, published=self.read_results)
         try:
             while True:
