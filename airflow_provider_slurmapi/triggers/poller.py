@@ -67,6 +67,13 @@ class SharedJobPoller:
         return poller
 
     @classmethod
+    def alone(cls, interval: float, client: AsyncSlurmJobApiClient) -> SharedJobPoller:
+        """A poller of one trigger's own (``coalesce=False``): never shared, its client closed when its one
+        subscriber leaves."""
+        key = (id(asyncio.get_running_loop()), f"alone-{id(client)}", float(interval))
+        return cls(key, client, float(interval))
+
+    @classmethod
     def active(cls) -> list[SharedJobPoller]:
         return list(cls._registry.values())
 

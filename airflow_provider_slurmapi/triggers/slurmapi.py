@@ -9,7 +9,6 @@ from typing import Any
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from airflow_provider_slurmapi.api import checks, versions
-from airflow_provider_slurmapi.api.connection import ConnectionSettings
 from airflow_provider_slurmapi.api.errors import SlurmJobApiError, SlurmJobSpecError
 from airflow_provider_slurmapi.api.fields import DEFAULT_CONN_ID
 from airflow_provider_slurmapi.api.job_event import ERROR, REACHED, TIMEOUT, JobEvent
@@ -40,7 +39,8 @@ class SlurmJobTrigger(BaseTrigger):
         clears it (default False: a sensor only watches). A triggerer restart, shutdown or the trigger
         moving to another triggerer never cancels.
     :param coalesce: share one poller (one batched call per tick) with every other trigger of this
-        connection and interval in the triggerer (default True); False polls this job on its own.
+        connection and interval in the triggerer (default True); False: a poller of this trigger's own
+        (its own client and calls; the same wait otherwise).
     :param unknown_job_grace: seconds the job may be in neither the active queue nor accounting (a job
         submitted a moment ago that Slurm has not recorded yet) before an ``error`` event saying the id is
         unknown (default 600, for a job the task just submitted; the sensor passes its own, shorter one).
@@ -117,7 +117,12 @@ class SlurmJobTrigger(BaseTrigger):
             # error states the cause, rather than Airflow's bare "Trigger failure".
             yield self._event(ERROR, f"Could not read connection {self.slurmapi_conn_id!r}: {err}")
             return
-        waiting = self._run_shared(hook, settings, job_id) if self.coalesce else self._run_alone(hook, job_id)
+        if self.coalesce:
+            conn_key = f"{self.slurmapi_conn_id}|{settings.cluster.name}|{settings.auth.cache_key()}"
+            poller = SharedJobPoller.get(conn_key, self.poll_interval, hook.async_client)
+        else:  # a poller of its own: the same wait, with one subscriber
+            poller = SharedJobPoller.alone(self.poll_interval, hook.async_client())
+        waiting = self._wait(poller, job_id)
         try:
             async for event in waiting:
                 yield event
@@ -188,60 +193,18 @@ class SlurmJobTrigger(BaseTrigger):
             return self._event(REACHED, f"{job.label} is {job.describe_state()}", job)
         return None
 
-    def _timeout(self, last: SlurmJob | None) -> TriggerEvent:
-        state = last.describe_state() if last else "unknown"
-        return self._event(TIMEOUT, f"Slurm job {self.job_id} still {state} at the deadline", last)
-
     def _watch(self) -> JobWatch:
         return JobWatch(self.job_id, error_budget=self.error_budget, unknown_job_grace=self.unknown_job_grace)
 
-    async def _run_alone(self, hook: SlurmJobApiHook, job_id: str) -> AsyncGenerator[TriggerEvent, None]:
-        """One client and one GET per poll for this job alone (``coalesce=False``)."""
-        deadline = WaitDeadline(self.deadline)
-        watch = self._watch()
-        last = None
-        client = await hook.get_async_conn()
-        try:
-            while True:
-                try:
-                    last = await client.get_job(job_id, recently_submitted=True)
-                except SlurmJobApiError as err:
-                    try:
-                        self.log.warning(watch.failed_poll(err))
-                    except SlurmJobApiError as final:
-                        yield self._event(ERROR, str(final), last)
-                        return
-                else:
-                    try:
-                        lines = watch.observe(last)
-                    except SlurmJobApiError as gone:
-                        yield self._event(ERROR, str(gone), last)
-                        return
-                    for line in lines:
-                        self.log.info(line)
-                    event = self._done(last)
-                    if event is not None:
-                        yield event
-                        return
-                remaining = deadline.remaining()
-                if remaining is not None and remaining <= 0:
-                    yield self._timeout(last)
-                    return
-                await asyncio.sleep(self.poll_interval if remaining is None else min(self.poll_interval, remaining))
-        finally:
-            await client.aclose()
-
-    async def _run_shared(
-        self, hook: SlurmJobApiHook, settings: ConnectionSettings, job_id: str
-    ) -> AsyncGenerator[TriggerEvent, None]:
-        """Wait on this event loop's shared poller for the cluster: one batched call per tick for all.
+    async def _wait(self, poller: SharedJobPoller, job_id: str) -> AsyncGenerator[TriggerEvent, None]:
+        """The one wait loop: follow the job on ``poller`` (this event loop's shared poller for the
+        cluster, one batched call per tick for all; or a poller of this trigger's own) until it ends.
 
         ``job_id`` is the canonical spelling, the one the batched replies use."""
         deadline = WaitDeadline(self.deadline)
         watch = self._watch()
         targets = set(self.target_states or ())
-        conn_key = f"{self.slurmapi_conn_id}|{settings.cluster.name}|{settings.auth.cache_key()}"
-        poller = SharedJobPoller.get(conn_key, self.poll_interval, hook.async_client)
+        state = "unknown"
         queue = poller.subscribe(job_id, published=self.read_results)
         try:
             while True:
@@ -249,10 +212,11 @@ class SlurmJobTrigger(BaseTrigger):
                 try:
                     seen = await within(remaining, queue.get()) if remaining is not None else await queue.get()
                 except asyncio.TimeoutError:
-                    yield self._timeout(None)
+                    yield self._event(TIMEOUT, f"Slurm job {self.job_id} still {state} at the deadline")
                     return
                 error = seen.error
                 if seen.state is not None:
+                    state = str(seen.state) if not seen.unrecorded else "unknown"
                     # An array comes whole on every tick: log its tasks' progress, not a bare state.
                     whole = seen.job if isinstance(seen.job, SlurmArrayJob) else None
                     try:
