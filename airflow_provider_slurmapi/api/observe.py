@@ -198,9 +198,10 @@ def _read_published(
         seen[job_id].job = job
 
 
-def observe_one(version: str, job_id: str) -> Operation[Observation]:
-    """One job (a whole array) read in full: its state, and its record when it is an array or ended. Its
-    own failure, of any kind, is its own observation."""
+def observe_one(version: str, job_id: str, *, record: bool = False) -> Operation[Observation]:
+    """One job (a whole array) read in full: its state, and its record when it is an array or ended (or
+    always, with ``record``: the worker's wait logs a running job's nodes and run time). Its own failure,
+    of any kind, is its own observation."""
     try:
         job = yield from get_job(version, job_id, recently_submitted=True)
     except SlurmJobApiError as err:
@@ -208,7 +209,7 @@ def observe_one(version: str, job_id: str) -> Operation[Observation]:
     except Exception as err:
         log.exception("Slurm job %s: its record could not be read", job_id)
         return Observation(error=MalformedReplyError(f"the record of Slurm job {job_id} could not be read: {err!r}"))
-    whole = isinstance(job, SlurmArrayJob) or job.state.is_terminal
+    whole = record or isinstance(job, SlurmArrayJob) or job.state.is_terminal
     return Observation(
         state=job.state,
         accounted=job.source == "slurmdb",

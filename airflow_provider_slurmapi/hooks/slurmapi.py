@@ -9,7 +9,7 @@ from typing import Any
 
 from airflow.providers.common.compat.sdk import BaseHook
 
-from airflow_provider_slurmapi.api import checks
+from airflow_provider_slurmapi.api import checks, versions
 from airflow_provider_slurmapi.api import operations as ops
 from airflow_provider_slurmapi.api.client import AsyncSlurmJobApiClient, SlurmJobApiClient
 from airflow_provider_slurmapi.api.connection import ConnectionSettings, settings_from_extra
@@ -17,6 +17,7 @@ from airflow_provider_slurmapi.api.errors import SlurmJobApiError, SlurmJobWaitT
 from airflow_provider_slurmapi.api.fields import CONNECTION_FIELDS, DEFAULT_CONN_ID, SECRET_FIELDS, ui_field_behaviour
 from airflow_provider_slurmapi.api.identity import TaskIdentity
 from airflow_provider_slurmapi.api.jobs import SlurmJob
+from airflow_provider_slurmapi.api.observe import observe_one
 from airflow_provider_slurmapi.api.reattach import SubmitOutcome
 from airflow_provider_slurmapi.api.spec import JobSpec
 from airflow_provider_slurmapi.api.states import DEFAULT_ERROR_BUDGET
@@ -205,12 +206,18 @@ class SlurmJobApiHook(BaseHook):
         deadline = WaitDeadline.after(timeout)
         watch = JobWatch(job_id, error_budget=error_budget)
         last: SlurmJob | None = None
+        client = self.get_conn()
+        key = versions.canonical_job_id(job_id)
         while True:
-            try:
-                last = self.get_job(job_id, recently_submitted=True)
-            except SlurmJobApiError as err:
-                self.log.warning(watch.failed_poll(err))
+            try:  # the poll the deferred wait's poller makes for one job (api/observe.py)
+                seen = client.run(observe_one(client.api_version, key, record=True))
+                error, job = seen.error, seen.job
+            except SlurmJobApiError as err:  # the version, before any job was asked about
+                error, job = err, None
+            if error is not None or job is None:
+                self.log.warning(watch.failed_poll(error or SlurmJobApiError(f"no record of Slurm job {key}")))
             else:
+                last = job
                 for line in watch.observe(last):
                     self.log.info(line)
                 if on_poll is not None:
