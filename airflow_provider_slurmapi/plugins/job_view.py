@@ -349,7 +349,8 @@ class JobView:
 
 def _shown_raw(job: SlurmJob, comment: str | None) -> dict[str, Any]:
     """The raw record, with its comment as the page shows it: the tag, the user's comment as the task's log
-    showed it (or a note that it is hidden) and, in place of what the job published, a pointer to it."""
+    showed it (or a note that it is hidden) and, in place of what the job published, a pointer to it; and
+    without the batch script accounting may keep."""
     raw = dict(job.raw)
     tag, try_number, _ = split_comment(job.comment)
     parts = [tag or "", f"try:{try_number}" if try_number else ""]
@@ -361,6 +362,10 @@ def _shown_raw(job: SlurmJob, comment: str | None) -> dict[str, Any]:
         raw["comment"] = {**raw["comment"], "job": shown}
     elif "comment" in raw:
         raw["comment"] = shown
+    # Accounting keeps the batch script with AccountingStoreFlags=job_script: the rendered script, which
+    # Airflow masks in the task's rendered fields, is never shown here.
+    if isinstance(raw.get("script"), str) and raw["script"]:
+        raw["script"] = "(the batch script, kept by accounting: not shown; see the task's Rendered Template)"
     return raw
 
 

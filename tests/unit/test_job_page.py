@@ -769,3 +769,11 @@ def test_the_page_hides_what_no_task_recorded_and_what_changed_since():
     assert record["jobs"][plain.display_id].keys() == {"sha256"} and record["comment"].keys() == {"sha256"}
     view = JobView.build(plain, recorded=record)
     assert view.published == plain.published and view.comment == "note"
+
+
+def test_the_raw_record_never_shows_the_batch_script_accounting_keeps():
+    """With AccountingStoreFlags=job_script, /slurmdb returns the rendered script, secrets and all."""
+    secret = "hunter2-token"
+    record = slurmdb("slurmdb_job", comment={"job": TAG}, script=f"#!/bin/sh\nexport API_TOKEN={secret}\n")
+    view = JobView.build(SlurmJob.from_slurmdb(record))
+    assert secret not in view.raw_json and "the batch script, kept by accounting: not shown" in view.raw_json
