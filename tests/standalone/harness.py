@@ -33,6 +33,7 @@ import re
 import shutil
 import signal
 import socket
+import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -512,14 +513,40 @@ class Standalone:
         nothing (no polls, no cancels) meanwhile, as a triggerer stalled under load would."""
         procs = self.triggerer_processes()
         assert procs, "no triggerer is running"
-        for proc in procs:
-            proc.send_signal(signal.SIGSTOP)
+
+        def signal_all(sig: signal.Signals) -> None:
+            for proc in procs:
+                with contextlib.suppress(psutil.NoSuchProcess):
+                    proc.send_signal(sig)
+
+        # A triggerer stopped inside a SQLite transaction would hold the database's lock for the whole
+        # block, and every other component's write would fail with "database is locked" (a stall of our
+        # making, not one a triggerer on a server database causes): freeze it only between transactions.
+        for _ in range(60):
+            signal_all(signal.SIGSTOP)
+            if self._database_unlocked():
+                break
+            signal_all(signal.SIGCONT)
+            time.sleep(0.5)
+        else:
+            raise AssertionError("the triggerer held the SQLite database's lock at every try to freeze it")
         try:
             yield
         finally:
-            for proc in procs:
-                with contextlib.suppress(psutil.NoSuchProcess):
-                    proc.send_signal(signal.SIGCONT)
+            signal_all(signal.SIGCONT)
+
+    def _database_unlocked(self) -> bool:
+        """Whether the metadata database can be locked exclusively within a few seconds: the components
+        that run hold its lock for milliseconds; a stopped process holding it never lets go."""
+        db = sqlite3.connect(self.home / "airflow.db", timeout=3, isolation_level=None)
+        try:
+            db.execute("BEGIN EXCLUSIVE")
+            db.execute("ROLLBACK")
+            return True
+        except sqlite3.OperationalError:
+            return False
+        finally:
+            db.close()
 
     def start_triggerer(self, *, alongside: bool = False) -> None:
         """Start an ``airflow triggerer`` (same configuration) and wait until it is healthy.
