@@ -1,7 +1,7 @@
 """Benchmark: the provider's waits in a production-shaped deployment, 1 vs 2 triggerers, and the sensor
 started in the triggerer vs deferred from a worker.
 
-Run: ``.venv/bin/python benchmarks/deployment.py [--triggerers 1,2] [--sizes 500,2000] [--dag-size 25]
+Run: ``.venv/bin/python -m benchmarks.deployment [--triggerers 1,2] [--sizes 500,2000] [--dag-size 25]
 [--sensors 200] [--ticks 6]`` (Airflow 3.3; root: it installs and runs PostgreSQL and Redis like the
 deployment suite; about 25 minutes with the defaults).
 
@@ -45,8 +45,6 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "benchmarks"))
 INTERVAL = 5.0  # the sensors' poke_interval (the deployment harness's sensor DAG)
 WORKERS = ("worker-1", "worker-2")
 WORKER_HOSTS = ("127.0.0.21", "127.0.0.22")  # deploy.sh: each worker's hostname
@@ -63,8 +61,8 @@ BENCH_ENV = {
 @contextlib.contextmanager
 def deployment(triggerers: int) -> Iterator[Any]:
     """A fresh emulator (simulated runs) and a fresh deployment of ``triggerers`` triggerers on it."""
-    from tests.deployment.harness import run_deployment
-    from tests.standalone.harness import run_emulator
+    from tests.harness.deployment import run_deployment
+    from tests.harness.standalone import run_emulator
 
     os.environ.update(BENCH_ENV)
     with (
@@ -96,7 +94,7 @@ def cpu(dep: Any, names: list[str] | tuple[str, ...]) -> float:
 
 def all_held(dep: Any, n: int, timeout: float) -> dict[str | None, int]:
     """Until exactly ``n`` triggers exist and each is held by a triggerer: how many each holds."""
-    from tests.standalone.harness import wait_for
+    from tests.harness.standalone import wait_for
 
     def held() -> dict[str | None, int] | None:
         found = dep.triggers_by_triggerer()
@@ -108,9 +106,8 @@ def all_held(dep: Any, n: int, timeout: float) -> dict[str | None, int]:
 def all_polling(dep: Any, job_ids: list[int], since: float, timeout: float) -> float:
     """Until every job of ``job_ids`` has been asked about by a call logged after ``since`` (epoch): every
     trigger runs and polls (a trigger held by a triggerer in the database may not run yet). When."""
-    from waiting_at_scale import POLLED_ID
-
-    from tests.standalone.harness import wait_for
+    from benchmarks.waiting_at_scale import POLLED_ID
+    from tests.harness.standalone import wait_for
 
     waiting = {str(job_id) for job_id in job_ids}
     seen = since
@@ -222,8 +219,8 @@ def measure_sensor(m: int, start_from_trigger: bool) -> dict[str, Any]:
 
 def measure_in_process(n: int) -> dict[str, Any]:
     """``waiting_at_scale.py``'s coalesced mode at N: the same waits in one bare process."""
-    from waiting_at_scale import EmulatorProcess as BareEmulator
-    from waiting_at_scale import run_case
+    from benchmarks.waiting_at_scale import EmulatorProcess as BareEmulator
+    from benchmarks.waiting_at_scale import run_case
 
     emu = BareEmulator()
     try:

@@ -1,6 +1,6 @@
 """Benchmark: N ``SlurmJobEventTrigger`` watchers of one cluster, coalesced vs each polling on its own.
 
-Run: ``.venv/bin/python benchmarks/job_watchers.py [--sizes 1,10,100,1000] [--interval 0.5] [--polls 8]``
+Run: ``.venv/bin/python -m benchmarks.job_watchers [--sizes 1,10,100,1000] [--interval 0.5] [--polls 8]``
 
 Each size runs in one asyncio loop against the emulator (simulated runs, in this process's threads):
 N watchers with distinct name filters, all on one connection and interval, each firing once for its own
@@ -23,13 +23,11 @@ import argparse
 import asyncio
 import json
 import os
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 os.environ.setdefault("AIRFLOW__LOGGING__LOGGING_LEVEL", "WARNING")  # each watcher logs its start
 
 

@@ -3,7 +3,7 @@
 Run (a real Slurm from ``tests/real_slurm/start_slurm.sh``; it submits and then cancels N held jobs)::
 
     set -a; . .real-slurm/slurm.env; set +a
-    .venv/bin/python benchmarks/queue_read.py [--n 2000] [--ended 10] [--repeats 5]
+    .venv/bin/python -m benchmarks.queue_read [--n 2000] [--ended 10] [--repeats 5]
 
 With N jobs in the active queue (held, each with a 600-byte comment, as a publishing job's), it times the
 reads a deferred wait makes in a tick, straight against slurmrestd (no Google in between):

@@ -1,10 +1,10 @@
 """Benchmark: N deferrable SlurmJobSensors waiting in the triggerer of a real ``airflow standalone``.
 
-Run: ``.venv/bin/python benchmarks/standalone_triggerer.py [--sensors 500] [--interval 5] [--spread 120]``
-(or ``benchmarks/waiting_at_scale.py --standalone 500``). Airflow 3.3+ (the sensors start straight in the
+Run: ``.venv/bin/python -m benchmarks.standalone_triggerer [--sensors 500] [--interval 5] [--spread 120]``
+(or ``python -m benchmarks.waiting_at_scale --standalone 500``). Airflow 3.3+ (the sensors start straight in the
 triggerer, ``start_from_trigger``, so no worker slot is needed to defer them).
 
-With ``tests/standalone/harness.py``: the emulator (simulated runs, its own process, logging each call)
+With ``tests/harness/standalone.py``: the emulator (simulated runs, its own process, logging each call)
 and ``airflow standalone`` on a DAG of N ``SlurmJobSensor`` tasks (job ids 1..N, the ids a fresh emulator
 hands out). Once every sensor's trigger is polling, the N jobs are submitted, their ends staggered over
 ``--spread`` seconds. Everything is measured from outside the Airflow processes:
@@ -44,7 +44,6 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 DAG_ID = "bench_waiting_at_scale"
 _BLOCKED = re.compile(r"async thread was blocked for ([0-9.]+) seconds")
 _SLOW_CALLBACK = re.compile(r"Executing (.*?) took ([0-9.]+) seconds")
@@ -144,7 +143,7 @@ def triggerer_processes(sid: int) -> list[Any]:
     server; only processes of session ``sid`` (other Airflows may be running on the machine)."""
     import psutil
 
-    from tests.standalone.harness import session_members
+    from tests.harness.standalone import session_members
 
     found: dict[int, Any] = {}
     for pid in session_members(sid):
@@ -286,7 +285,7 @@ def ti_states(db: Path, run_id: str) -> dict[str, str]:
 
 def main(n: int = 500, interval: float = 5.0, spread: float = 120.0, asyncio_debug: bool = False) -> None:
     from airflow_provider_slurmapi.api.spec import JobSpec
-    from tests.standalone.harness import airflow_major, run_emulator, run_standalone, wait_for
+    from tests.harness.standalone import airflow_major, run_emulator, run_standalone, wait_for
 
     if airflow_major() < 3:
         sys.exit("the standalone benchmark needs Airflow 3.3+ (sensors started in the triggerer)")

@@ -1,6 +1,6 @@
 """Benchmark: N deferred Slurm jobs watched by one triggerer loop, coalesced vs the usual provider.
 
-Run: ``.venv/bin/python benchmarks/waiting_at_scale.py [--sizes 1,100,1000,2000] [--interval 5] [--spread 240]``
+Run: ``.venv/bin/python -m benchmarks.waiting_at_scale [--sizes 1,100,1000,2000] [--interval 5] [--spread 240]``
 (``--standalone 500``: the same wait in a real ``airflow standalone`` triggerer, see
 ``benchmarks/standalone_triggerer.py``).
 
@@ -167,7 +167,11 @@ def release_when_polled(emu: Any, start: int, waiting: set[str]) -> None:
 class EmulatorProcess:
     def __init__(self) -> None:
         self.proc = subprocess.Popen(
-            [PY, __file__, "--serve-emulator"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=ROOT
+            [PY, "-m", "benchmarks.waiting_at_scale", "--serve-emulator"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            cwd=ROOT,
         )
         assert self.proc.stdout is not None
         self.conn = json.loads(self.proc.stdout.readline())["conn"]
@@ -353,7 +357,7 @@ def run_case(
     before = emu.stats()
     env = dict(os.environ, AIRFLOW_CONN_SLURMAPI_DEFAULT=emu.conn, PYTHONPATH=str(ROOT))
     child = subprocess.Popen(
-        [PY, __file__, "--measure", mode, str(n), str(interval), str(spread), str(probe_hz)],
+        [PY, "-m", "benchmarks.waiting_at_scale", "--measure", mode, str(n), str(interval), str(spread), str(probe_hz)],
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
@@ -553,7 +557,7 @@ def main() -> None:
     parser.add_argument("--standalone", type=int, metavar="N", help="N sensors in a real airflow standalone")
     args = parser.parse_args()
     if args.standalone:
-        from standalone_triggerer import main as standalone_main
+        from benchmarks.standalone_triggerer import main as standalone_main
 
         standalone_main(args.standalone, args.interval, args.spread)
         return

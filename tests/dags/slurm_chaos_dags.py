@@ -4,8 +4,8 @@
 same tasks through an operator that does what a provider without task-instance tags does. The size, the
 simulated job's runtime and the cluster's working directory come from the run's conf
 (``{"tasks": 100, "runtime": 1.0, "cwd": ...}``); ``chaos_purged_retries`` waits past MinJobAge before
-each retry (for real Slurm). Run them with
-``benchmarks/chaos.py`` (or ``tests/integration/test_chaos_airflow.py``), which arms the faults.
+each retry (for real Slurm). Run them with ``tests/harness/chaos.py``, which arms the faults (the chaos
+tests and ``python -m benchmarks.chaos`` do).
 """
 
 from __future__ import annotations

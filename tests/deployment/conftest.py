@@ -12,8 +12,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.deployment.harness import Deployment, run_deployment
-from tests.standalone.harness import EmulatorProcess, run_emulator
+from tests.harness.deployment import Deployment, run_deployment
+from tests.harness.standalone import EmulatorProcess, run_emulator
 
 ASKED = os.environ.get("SLURMAPI_DEPLOYMENT") == "1"
 

@@ -15,8 +15,8 @@ import time
 
 import pytest
 
-from tests.deployment.harness import Deployment, describe
-from tests.standalone.harness import wait_for
+from tests.harness.deployment import Deployment, describe
+from tests.harness.standalone import wait_for
 
 N = int(os.environ.get("SLURMAPI_DEPLOYMENT_N", "300"))
 INTERVAL = 5.0  # the poll interval of every task and sensor of the suite

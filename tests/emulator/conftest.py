@@ -5,13 +5,13 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from emu_support import Api
 
 from airflow_provider_slurmapi.emulator import SlurmJobApiEmulator
 from airflow_provider_slurmapi.emulator.pytest_plugin import (  # noqa: F401 - registers the fixture and marker
     pytest_configure,
     slurmapi_emulator,
 )
+from tests.harness.emulator import Api
 
 
 @pytest.fixture

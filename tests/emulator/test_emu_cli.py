@@ -12,7 +12,8 @@ import time
 from pathlib import Path
 
 import requests
-from emu_support import V, processes_in_sessions
+
+from tests.harness.emulator import V, processes_in_sessions
 
 ROOT = Path(__file__).resolve().parents[2]
 

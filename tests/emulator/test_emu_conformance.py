@@ -11,9 +11,9 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from emu_support import Api, V, recorded, recorded_index, shape_diff
 
 from airflow_provider_slurmapi.emulator import SlurmJobApiEmulator
+from tests.harness.emulator import Api, V, recorded, recorded_index, shape_diff
 
 LONG = "#!/bin/bash\nsleep 60\n"
 FAIL = "#!/bin/bash\necho failing\nexit 3\n"

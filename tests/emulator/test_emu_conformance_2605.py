@@ -13,10 +13,10 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from emu_support import Api, call_url, shape_diff
 
 from airflow_provider_slurmapi.emulator import SlurmJobApiEmulator
 from tests.fixtures import recorded, recorded_status
+from tests.harness.emulator import Api, call_url, shape_diff
 
 V = "v0.0.45"
 RELEASE = "26.05"

@@ -6,9 +6,9 @@ import time
 
 import pytest
 import requests
-from emu_support import Api, V, bearer, call_url, job_desc
 
 from airflow_provider_slurmapi.emulator import SlurmJobApiEmulator
+from tests.harness.emulator import Api, V, bearer, call_url, job_desc
 
 PING = {"method": "HTTP_METHOD_GET", "path": f"/slurm/{V}/ping/"}
 

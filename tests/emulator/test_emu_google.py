@@ -10,11 +10,11 @@ from pathlib import Path
 import google.auth.transport.requests
 import pytest
 import requests
-from emu_support import SCOPES, Api, V, bearer, call_url, credentials
 from google.auth import impersonated_credentials
 from google.auth.exceptions import RefreshError
 
 from airflow_provider_slurmapi.emulator import SlurmJobApiEmulator
+from tests.harness.emulator import SCOPES, Api, V, bearer, call_url, credentials
 
 PING = {"method": "HTTP_METHOD_GET", "path": f"/slurm/{V}/ping/"}
 

@@ -7,9 +7,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from emu_support import CWD, Api, V, eventually, job_desc, processes_in_sessions
 
 from airflow_provider_slurmapi.emulator import SlurmJobApiEmulator
+from tests.harness.emulator import CWD, Api, V, eventually, job_desc, processes_in_sessions
 
 SLEEP = "#!/bin/bash\nsleep 60\n"
 

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pytest
-from emu_support import Api, V, job_desc
 
 from airflow_provider_slurmapi.emulator import SlurmJobApiEmulator
+from tests.harness.emulator import Api, V, job_desc
 
 
 @pytest.mark.slurmapi_emulator(simulate=True)

@@ -1,6 +1,6 @@
 """Chaos through real Airflow: 100 submit-and-wait tasks with retries while a fifth of all calls fail.
 
-The suite is ``benchmarks/chaos.py`` (which also prints its figures): the DAG ``chaos`` of
+The harness is ``tests/harness/chaos.py`` (``python -m benchmarks.chaos`` prints its figures): the DAG ``chaos`` of
 ``tests/dags/slurm_chaos_dags.py`` runs with ``dag.test()`` (Airflow's task runner, triggers in line,
 up_for_retry tasks run again after their ``retry_delay``) against a simulated-run emulator with seeded
 faults on every kind of call and seeded node failures, preemptions, early purges and token revocations.
@@ -13,7 +13,7 @@ from collections import Counter
 
 import pytest
 
-from benchmarks.chaos import EVENT_KINDS, FAULT_KINDS, run_chaos
+from tests.harness.chaos import EVENT_KINDS, FAULT_KINDS, run_chaos
 
 pytestmark = [pytest.mark.chaos, pytest.mark.usefixtures("airflow_db"), pytest.mark.timeout(1800)]
 TASKS = 100

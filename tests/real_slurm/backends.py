@@ -17,17 +17,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from slurm_cluster import RELEASE, SCENARIO_API_VERSION
 
 from airflow_provider_slurmapi.api.jobs import SlurmJob
 from airflow_provider_slurmapi.api.spec import JobSpec
 from airflow_provider_slurmapi.emulator import SlurmJobApiEmulator
 from airflow_provider_slurmapi.hooks.slurmapi import SlurmJobApiHook
+from tests.harness.real_slurm import RELEASE, SCENARIO_API_VERSION
 
 BACKENDS = ["emulator", "real"]
 # The emulator plays Google's IAM too: a connection impersonating this account acts as its own user.
 OTHER_ACCOUNT = "slurm-runner@demo-project.iam.gserviceaccount.com"
-# api_version: v0.0.42 on Slurm 24.11, "auto" (-> v0.0.45) on 26.05 (slurm_cluster.SCENARIO_API_VERSION)
+# api_version: v0.0.42 on Slurm 24.11, "auto" (-> v0.0.45) on 26.05 (tests.harness.real_slurm.SCENARIO_API_VERSION)
 FAST = {"retries": 3, "retry_delay": 0.05, "timeout": 20, "api_version": SCENARIO_API_VERSION}
 
 

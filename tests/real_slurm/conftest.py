@@ -31,8 +31,8 @@ from typing import IO
 
 import pytest
 from backends import BACKENDS, Backend, emulator_backend, real_backend
-from slurm_cluster import RealSlurm, Recorder, load_env_file
 
+from tests.harness.real_slurm import RealSlurm, Recorder, load_env_file
 from tests.suite_switch import SuiteSwitch
 
 HERE = Path(__file__).resolve().parent

@@ -7,7 +7,7 @@ Each scenario runs once on the real cluster (straight to slurmrestd, every reply
 ``.real-slurm/recorded/conformance/``) and once on the emulator's simulated cluster (through the Google
 envelope with google-auth's real service-account flow). Each step must give the same HTTP status and
 the same structure: keys and value types, recursively, list elements against the real first element
-(``tests/emulator/emu_support.shape_diff``); values may differ. Facts that matter (states, exit codes,
+(``tests.harness.emulator.shape_diff``); values may differ. Facts that matter (states, exit codes,
 error numbers) are compared too. A drift of the emulator from real Slurm fails here.
 
 What is deliberately not compared, and why:
@@ -29,21 +29,17 @@ What is deliberately not compared, and why:
 
 from __future__ import annotations
 
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 from google.auth.transport.requests import AuthorizedSession
-from slurm_cluster import RELEASE, SERVED, RealSlurm, ended_by_sigterm, is_terminal
 
 from airflow_provider_slurmapi.emulator import SlurmJobApiEmulator
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "emulator"))
-from emu_support import call_url, credentials, shape_diff
+from tests.harness.emulator import call_url, credentials, shape_diff
+from tests.harness.real_slurm import RELEASE, SERVED, RealSlurm, ended_by_sigterm, is_terminal
 
 pytestmark = [pytest.mark.real_slurm, pytest.mark.timeout(600)]
 VERSIONS = list(SERVED)

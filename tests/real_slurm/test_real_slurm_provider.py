@@ -11,13 +11,13 @@ import json
 import time
 
 import pytest
-from slurm_cluster import RELEASE, SCENARIO_API_VERSION, SERVED
 
 from airflow_provider_slurmapi.api.errors import SlurmRequestRejectedError
 from airflow_provider_slurmapi.api.spec import JobSpec
 from airflow_provider_slurmapi.api.watch import failure_error
 from airflow_provider_slurmapi.hooks.slurmapi import SlurmJobApiHook
 from airflow_provider_slurmapi.triggers.slurmapi import SlurmJobTrigger
+from tests.harness.real_slurm import RELEASE, SCENARIO_API_VERSION, SERVED
 
 pytestmark = pytest.mark.real_slurm
 VERSIONS = [*SERVED, "auto"]

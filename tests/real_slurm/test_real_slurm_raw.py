@@ -11,7 +11,8 @@ import time
 from typing import Any
 
 import pytest
-from slurm_cluster import RealSlurm, ended_by_sigterm, is_terminal
+
+from tests.harness.real_slurm import RealSlurm, ended_by_sigterm, is_terminal
 
 pytestmark = [pytest.mark.real_slurm, pytest.mark.timeout(600)]
 

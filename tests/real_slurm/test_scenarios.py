@@ -35,12 +35,12 @@ from collections.abc import Iterator
 
 import pytest
 from backends import Backend
-from slurm_cluster import SCENARIO_RESOLVED
 
 from airflow_provider_slurmapi.api.errors import GoogleApiError, SlurmJobApiError
 from airflow_provider_slurmapi.api.identity import TaskIdentity, TaskTry
 from airflow_provider_slurmapi.api.reattach import SubmitOutcomeUnknownError
 from airflow_provider_slurmapi.hooks.slurmapi import SlurmJobApiHook
+from tests.harness.real_slurm import SCENARIO_RESOLVED
 
 pytestmark = pytest.mark.timeout(600)
 SLEEP = "#!/bin/bash\nsleep 300\n"

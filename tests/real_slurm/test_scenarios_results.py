@@ -370,7 +370,7 @@ def test_output_that_is_not_utf8_still_publishes_the_result_and_the_tail(backend
 def test_another_job_of_the_same_user_cannot_hand_its_publication_to_a_tasks_job(backend, monkeypatch):
     """Slurm lets a user rewrite the comment of any of their jobs: a publication copied into another job's
     record names the job that wrote it, and is not read as that job's (issue #31 item 6)."""
-    from slurm_cluster import SCENARIO_API_VERSION
+    from tests.harness.real_slurm import SCENARIO_API_VERSION
 
     hook = backend.connect(monkeypatch)
     tag = "airflow-ti:scenario/train/publication-bound/-1 try:1"

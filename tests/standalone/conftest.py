@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from tests.standalone.harness import LOGS, EmulatorProcess, Standalone, run_emulator, run_standalone
+from tests.harness.standalone import LOGS, EmulatorProcess, Standalone, run_emulator, run_standalone
 from tests.suite_switch import SuiteSwitch
 
 HERE = Path(__file__).resolve().parent

@@ -17,8 +17,8 @@ import pytest
 
 from airflow_provider_slurmapi.api.ended import EndedJobFilter
 from airflow_provider_slurmapi.api.spec import JobSpec
+from tests.harness.standalone import Standalone, airflow_major, wait_for
 from tests.standalone.dags.job_event_dags import DAG_ID, NAME_PREFIX
-from tests.standalone.harness import Standalone, airflow_major, wait_for
 
 pytestmark = [
     pytest.mark.standalone,

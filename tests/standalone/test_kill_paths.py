@@ -27,8 +27,8 @@ import pytest
 
 from airflow_provider_slurmapi.api.identity import task_instance_tag
 from airflow_provider_slurmapi.api.jobs import SlurmJob
+from tests.harness.standalone import EmulatorProcess, Standalone, wait_for
 from tests.standalone.dags.kill_path_dags import TIMEOUT_SECONDS, WORKDIR
-from tests.standalone.harness import EmulatorProcess, Standalone, wait_for
 
 pytestmark = [pytest.mark.standalone, pytest.mark.timeout(600)]
 

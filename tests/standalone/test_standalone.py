@@ -15,8 +15,8 @@ import requests
 
 from airflow_provider_slurmapi.api.jobs import SlurmJob
 from airflow_provider_slurmapi.version_compat import AIRFLOW_V_3_3_PLUS
+from tests.harness.standalone import ARTIFACTS, NOBODY_PASSWORD, NOBODY_USER, ROOT, Standalone
 from tests.standalone.chromium import Chromium, find_chromium
-from tests.standalone.harness import ARTIFACTS, NOBODY_PASSWORD, NOBODY_USER, ROOT, Standalone
 
 pytestmark = pytest.mark.standalone
 

@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 # Third-party libraries loaded only once a task talks to the API (execute time), and what a DAG file
 # never needs. The provider's own modules load with it, at the top of each module: what that costs is
-# measured in benchmarks/waiting_at_scale.py (import cost above airflow.sdk), not asserted here.
+# measured by benchmarks.waiting_at_scale (import cost above airflow.sdk), not asserted here.
 HEAVY = (
     "httpx",
     "requests",

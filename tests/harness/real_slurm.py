@@ -1,6 +1,6 @@
 """Talking to the real-Slurm test cluster: REST calls as the job user, reply recording, cluster controls.
 
-Used by conftest.py (the `real_slurm` fixture) and imported by the tests for their type hints.
+Used by tests/real_slurm/conftest.py (the `real_slurm` fixture) and imported by its tests.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 import requests
 
-HERE = Path(__file__).resolve().parent
+HERE = Path(__file__).resolve().parents[1] / "real_slurm"  # start_slurm.sh, ctl.sh and the recordings
 TERMINAL = {
     "BOOT_FAIL",
     "CANCELLED",

@@ -23,7 +23,7 @@ import psutil
 import requests
 
 from airflow_provider_slurmapi.api.identity import TaskIdentity, name_identity
-from tests.standalone.harness import ARTIFACTS, ROOT, EmulatorProcess, wait_for
+from tests.harness.standalone import ARTIFACTS, ROOT, EmulatorProcess, wait_for
 
 DEPLOY = ROOT / "tests" / "deployment" / "deploy.sh"
 DAGS = ROOT / "tests" / "deployment" / "dags"

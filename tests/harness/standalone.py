@@ -52,7 +52,7 @@ if TYPE_CHECKING:
     from airflow_provider_slurmapi.api.jobs import SlurmJob
 
 ROOT = Path(__file__).resolve().parents[2]
-SUITE_DAGS = Path(__file__).resolve().parent / "dags"
+SUITE_DAGS = ROOT / "tests" / "standalone" / "dags"
 ARTIFACTS = ROOT / "artifacts"
 
 

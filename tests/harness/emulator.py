@@ -1,4 +1,5 @@
-"""Helpers for the emulator tests: raw callSlurmRestApi calls over google-auth, recordings, shape checks."""
+"""Helpers for the emulator tests and the real-Slurm conformance suite: raw callSlurmRestApi calls over
+google-auth, recordings, shape checks."""
 
 from __future__ import annotations
 
