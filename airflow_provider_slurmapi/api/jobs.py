@@ -471,7 +471,9 @@ def _db_exit_code(record: Mapping[str, Any], state: JobState) -> ExitCode:
 
     Accounting records a job that Slurm itself ended (cancelled, timed out, preempted) with the job-level
     exit code SUCCESS/0, and the signal on its batch step (24.11 and 26.05 recorded): so a clean 0 of a job
-    that did not complete is taken from the batch step, when the record has one.
+    that did not complete is taken from the batch step, when the record has one. Slurm signals the step's
+    processes one by one: when the script's child died of the signal first, bash exits 128 + its number
+    (ERROR/143 for SIGTERM, recorded on 24.11 and 26.05 under load), which reads as that signal.
     """
     job_level = ExitCode.parse(record.get("exit_code"))
     if state.is_success or job_level.signal or job_level.return_code not in (None, 0):
@@ -480,8 +482,17 @@ def _db_exit_code(record: Mapping[str, Any], state: JobState) -> ExitCode:
     for step in steps if isinstance(steps, list) else ():
         if isinstance(step, Mapping) and _str(obj(step.get("step")).get("name")) == "batch":
             batch = ExitCode.parse(step.get("exit_code"))
+            if batch.status == ("ERROR",) and batch.return_code in _SHELL_SIGNALLED:
+                return _SHELL_SIGNALLED[batch.return_code]
             return batch if batch.signal or batch.return_code is not None else job_level
     return job_level
+
+
+# What a batch script's shell exits with when its child died of the signal Slurm ends a job with.
+_SHELL_SIGNALLED = {
+    128 + 15: ExitCode(signal=15, signal_name="TERM", status=("SIGNALED",)),
+    128 + 9: ExitCode(signal=9, signal_name="KILL", status=("SIGNALED",)),
+}
 
 
 def _reason(value: Any) -> str:

@@ -254,3 +254,28 @@ def test_a_job_slurm_ended_reads_as_killed_by_the_signal_its_batch_step_holds(pa
     job = SlurmJob.from_slurmdb(record, version)
     assert job.state.base == state and str(job.exit_code) == "signal 15 (TERM)"
     assert "exit code signal 15 (TERM)" in outcome_text(job)
+
+
+def test_a_cancelled_jobs_shell_exiting_128_plus_sigterm_reads_as_killed_by_sigterm():
+    """Real Slurm (24.11 and 26.05, in CI) also records the batch step as ERROR/143: the script's child died
+    of scancel's SIGTERM before bash's own landed, and bash exited 128 + 15. It is the same cancel."""
+    path = TESTS / Path("fixtures/slurm-26.05/slurmdb_job_cancelled_cancelled.json")
+    body = json.loads(path.read_text())
+    record = body.get("body", body)["jobs"][0]
+    for step in record["steps"]:
+        if step["step"]["name"] == "batch":
+            step["exit_code"] = {
+                "status": ["ERROR"],
+                "return_code": {"set": True, "infinite": False, "number": 143},
+                "signal": {"id": {"set": False, "infinite": False, "number": 0}, "name": ""},
+            }
+    job = SlurmJob.from_slurmdb(record, "v0.0.45")
+    assert job.state.base == "CANCELLED" and str(job.exit_code) == "signal 15 (TERM)"
+    # a script that itself exits 143 and COMPLETES nothing: a FAILED job keeps its own exit code
+    record["state"]["current"] = ["FAILED"]
+    record["exit_code"] = {
+        **record["exit_code"],
+        "status": ["ERROR"],
+        "return_code": {"set": True, "infinite": False, "number": 143},
+    }
+    assert str(SlurmJob.from_slurmdb(record, "v0.0.45").exit_code) == "143"
