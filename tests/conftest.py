@@ -9,10 +9,14 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
+
+if TYPE_CHECKING:
+    from tests.harness.storage import FakeGcs
 
 ROOT = Path(__file__).resolve().parent.parent
 _OWN_HOME = not os.environ.get("SLURMAPI_TEST_AIRFLOW_HOME")
@@ -48,6 +52,17 @@ def airflow_db() -> str:
         subprocess.run([str(airflow), "db", "migrate"], check=True, capture_output=True)
         marker.touch()
     return _HOME
+
+
+@pytest.fixture
+def fake_gcs() -> Iterator[FakeGcs]:
+    """A started fake-gcs-server behind its fault proxy (``tests/harness/storage.py``), with the bucket
+    ``slurmapi-staging``: its ``url`` is the value for ``STORAGE_EMULATOR_HOST``."""
+    from tests.harness.storage import STAGING_BUCKET, FakeGcs
+
+    with FakeGcs() as storage:
+        storage.create_bucket(STAGING_BUCKET)
+        yield storage
 
 
 # Under pytest-xdist (`make test`: `-n 4`), the tests of one module run on one worker (its module fixtures

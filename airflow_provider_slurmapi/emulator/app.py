@@ -18,6 +18,7 @@ from .auth import TokenAuthority, new_service_account, write_keyfile
 from .cluster import Cluster
 from .faults import FaultInjector
 from .jobs import Job
+from .metadata import MetadataServer
 from .notation import hostlist
 from .server import Call, EmulatorHTTPServer, Frontend
 from .slurmrest import SlurmRest
@@ -52,6 +53,13 @@ class SlurmJobApiEmulator:
     slurmrestd JWT): the Google layer stays the emulator's (auth, 1 MB limit, NOT_FOUND /
     PERMISSION_DENIED, faults) and each Slurm call goes to that real slurmrestd as ``upstream_user``;
     the simulated cluster and the helpers that read it (``job``, ``jobs``, ``read_output``, ...) are off.
+
+    Its jobs run as on a node of a Google Cloud cluster, with a metadata server: the emulator serves one on
+    its own port (``metadata.py``: the node's service account ``node_service_account``, its token, the
+    project) and puts ``GCE_METADATA_HOST`` and ``GCE_METADATA_IP`` (``metadata_host``,
+    ``"127.0.0.1:PORT"``) in each job's environment. ``storage_emulator_host`` (e.g.
+    ``"http://127.0.0.1:4443"``, a fake-gcs-server) becomes the jobs' ``STORAGE_EMULATOR_HOST``, where
+    Google's Cloud Storage clients then go instead of Google. A job's own ``environment`` wins over both.
     """
 
     def __init__(
@@ -83,6 +91,7 @@ class SlurmJobApiEmulator:
         accounting_store_flags: Iterable[str] = (),
         reply_shape: str = "structuredBody",
         slurm_release: str = "24.11",
+        storage_emulator_host: str | None = None,
     ) -> None:
         if reply_shape not in REPLY_SHAPES:
             raise ValueError(f"reply_shape must be one of {REPLY_SHAPES}, got {reply_shape!r}")
@@ -93,6 +102,10 @@ class SlurmJobApiEmulator:
             raise ValueError("proxy mode needs upstream_user and upstream_token (a slurmrestd JWT for that user)")
         if upstream is not None and not upstream.startswith(("http://", "https://")):
             raise ValueError(f"upstream must be an http:// or https:// URL, got {upstream!r}")
+        if storage_emulator_host is not None and not storage_emulator_host.startswith(("http://", "https://")):
+            # google-cloud-storage uses the variable as the endpoint itself: without a scheme it cannot connect.
+            raise ValueError(f"storage_emulator_host must be an http:// or https:// URL, got {storage_emulator_host!r}")
+        self.storage_emulator_host = storage_emulator_host
         self.host = host
         self.port = port
         self.project = project
@@ -112,6 +125,8 @@ class SlurmJobApiEmulator:
         self.log_calls = log_calls
         self.reply_shape = reply_shape
         self.service_account_email = f"airflow@{project}.iam.gserviceaccount.com"
+        # The account the cluster's nodes run as: its token comes from the metadata server, for the jobs.
+        self.node_service_account = f"slurm-node@{project}.iam.gserviceaccount.com"
         self.impersonation_targets = list(
             impersonation_targets
             if impersonation_targets is not None
@@ -150,6 +165,7 @@ class SlurmJobApiEmulator:
         self.token_uri = ""
         self.key_path = ""
         self.keyfile_dict: dict[str, Any] = {}
+        self.metadata_host = ""
 
     # ---- lifecycle -------------------------------------------------------------------------------
 
@@ -170,10 +186,22 @@ class SlurmJobApiEmulator:
             log_calls=self.log_calls,
             reply_shape=self.reply_shape,
             job_page=self._job_page if self._upstream is None else None,
+            metadata=MetadataServer(
+                self.project, self.node_service_account, authority, self.token_lifetime, self.log_calls
+            ),
         )
         self._server = EmulatorHTTPServer((self.host, self.port), self._frontend)
         self.port = self._server.server_address[1]
         self.endpoint = f"http://{self.host}:{self.port}"
+        self.metadata_host = f"{self.host}:{self.port}"
+        # google-auth (and Google's Go client) find the metadata server at GCE_METADATA_HOST; google-auth's
+        # detection (google.auth.default()) pings GCE_METADATA_IP.
+        self._cluster.node_environment = {
+            "GCE_METADATA_HOST": self.metadata_host,
+            "GCE_METADATA_IP": self.metadata_host,
+        }
+        if self.storage_emulator_host is not None:
+            self._cluster.node_environment["STORAGE_EMULATOR_HOST"] = self.storage_emulator_host
         self.token_uri = f"{self.endpoint}/token"
         authority.token_uri = self.token_uri
         key = new_service_account(self.service_account_email)
@@ -271,6 +299,12 @@ class SlurmJobApiEmulator:
     @property
     def token_requests(self) -> int:
         return self._frontend.authority.token_requests if self._frontend is not None else 0
+
+    @property
+    def metadata_requests(self) -> int:
+        """Requests to the jobs' metadata server so far, refused ones included."""
+        metadata = self._frontend.metadata if self._frontend is not None else None
+        return metadata.requests if metadata is not None else 0
 
     def job(self, job_id: int) -> dict[str, Any]:
         """A snapshot of one job for tests; ``KeyError`` if the emulator never had it."""

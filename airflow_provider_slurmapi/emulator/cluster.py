@@ -89,6 +89,8 @@ class Cluster:
         self._stopping = False
         self._thread: threading.Thread | None = None
         self._control: ControlServer | None = None
+        # What every node adds to a job's environment unless the job sets it (the metadata server, ...).
+        self.node_environment: dict[str, str] = {}
 
     def _node_name(self, partition: str, index: int) -> str:
         prefix = "node" if partition == self.default_partition else f"{partition}-node"
@@ -551,6 +553,7 @@ class Cluster:
                 self._array_indexes(job),
                 bin_dir=self.state_dir / "bin",
                 minute_seconds=self.minute_seconds,
+                node_environment=self.node_environment,
             ),
             self.host_path(job.stdout_path),
             self.host_path(job.stderr_path) if job.stderr_path != job.stdout_path else None,

@@ -76,11 +76,13 @@ def job_environment(
     *,
     bin_dir: Path | None = None,
     minute_seconds: float = 60.0,
+    node_environment: dict[str, str] | None = None,
 ) -> dict[str, str]:
     """The batch script's environment: the job's ``environment`` list and the SLURM_* variables only.
 
     ``bin_dir`` (the emulator's ``scontrol``) goes first on ``PATH``, as Slurm's own commands are on a
-    real node's; ``SLURM_JOB_END_TIME`` counts the time limit in the emulator's minutes.
+    real node's; ``SLURM_JOB_END_TIME`` counts the time limit in the emulator's minutes;
+    ``node_environment`` (where the node's metadata server is, ...) fills in what the job does not set.
     """
     env: dict[str, str] = {}
     for item in job.request.environment:
@@ -120,6 +122,8 @@ def job_environment(
     tmp = fs_root / "tmp"
     tmp.mkdir(parents=True, exist_ok=True)
     env.setdefault("TMPDIR", str(tmp))
+    for key, value in (node_environment or {}).items():
+        env.setdefault(key, value)
     if req.time_limit is not None:
         env["SLURM_JOB_END_TIME"] = str(job.start_time + int(req.time_limit * minute_seconds))
     if req.tasks_per_node:

@@ -1,4 +1,5 @@
-"""The Google front end: callSlurmRestApi, the OAuth token endpoint and IAM impersonation over HTTP."""
+"""The Google front end: callSlurmRestApi, the OAuth token endpoint and IAM impersonation over HTTP, and the
+jobs' metadata server (``metadata.py``) on the same port."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from urllib.parse import parse_qs
 
 from .auth import AccessToken, GrantError, TokenAuthority
 from .faults import AFTER_KINDS, AFTER_SUFFIX, GOOGLE_ERRORS, Fault, FaultInjector
+from .metadata import FLAVOR, FLAVOR_HEADER, MetadataServer, is_metadata_path
 from .slurmrest import InvalidPath, TextFault
 
 logger = logging.getLogger("airflow_provider_slurmapi.emulator")
@@ -87,6 +89,8 @@ class Frontend:
     reply_shape: str = "structuredBody"
     # Renders ``GET /jobs/{id}`` (the human-readable job page), or None where there is none (proxy mode).
     job_page: Callable[[int], str | None] | None = None
+    # The jobs' metadata server (``GET /`` and ``/computeMetadata/...``), or None where there is none.
+    metadata: MetadataServer | None = None
     calls: list[Call] = field(default_factory=list)
     calls_lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -204,8 +208,15 @@ class Handler(BaseHTTPRequestHandler):
     # ---- routing -----------------------------------------------------------------------------------
 
     def do_GET(self) -> None:
-        """``/jobs/{id}``: a page for people (the demo's job link); every other GET is Google's 404."""
-        match = _JOB_PAGE.match(self.path.split("?")[0])
+        """``/jobs/{id}``: a page for people (the demo's job link); ``/`` and ``/computeMetadata/...``: the
+        jobs' metadata server; every other GET is Google's 404."""
+        path = self.path.split("?")[0]
+        metadata = self.frontend.metadata
+        if metadata is not None and is_metadata_path(path):
+            status, body, content_type = metadata.answer(self.path, self.headers.get(FLAVOR_HEADER))
+            self._send(status, body, content_type, {FLAVOR_HEADER: FLAVOR})
+            return
+        match = _JOB_PAGE.match(path)
         page = self.frontend.job_page(int(match.group(1))) if match and self.frontend.job_page else None
         if page is None:
             self._not_found()
