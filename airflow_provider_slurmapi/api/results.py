@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from airflow_provider_slurmapi.api.errors import SlurmJobSpecError
+from airflow_provider_slurmapi.api.staging import DEFAULT_OUTPUT_INTERVAL, StagingLocation, stager_script
 
 # slurmctld's limit on a job comment (and extra), measured on Slurm 24.11: 1024 bytes pass, 1025 fail.
 COMMENT_LIMIT = 1024
@@ -38,6 +39,12 @@ COMMENT_LIMIT = 1024
 # valid JSON holds raw and that the wrapper strips from the tails). Version 2 names the job it is about;
 # version 1 (without it) is no longer read: it could be copied into another job's record.
 MARK = "\x1eslurmapi2"
+# With staging on, version 3: the same fields and, after ``merged``, the staging report (StagedReport).
+MARK_STAGED = "\x1eslurmapi3"
+_MARK_STEM = MARK[:-1]
+# What the staging report may take at most: "run=" 3 digits, two streams of two 12-digit sizes, a result's
+# size and SHA-256, and 200 bytes of error.
+STAGED_ROOM = 1 + len("run=999;stdout=/;stderr=/;result=:;error=") + 4 * 12 + 11 + 64 + 200
 SEP = "\x1f"
 DEFAULT_TAIL_LINES = 50
 MAX_TAIL_LINES = 10000
@@ -57,9 +64,10 @@ class Published:
     stderr_tail: str
     merged: bool  # stdout and stderr are one file: its tail is ``stdout_tail``
     job: str = ""  # the job the wrapper published for (``123``, ``123_4``), as it named itself
+    staged: str = ""  # with staging on: its report (``StagedReport.parse`` reads it); "" without
 
     def as_dict(self) -> dict[str, Any]:
-        return {
+        fields = {
             "result_status": self.result_status,
             "result_text": self.result_text,
             "stdout_tail": self.stdout_tail,
@@ -67,6 +75,7 @@ class Published:
             "merged": self.merged,
             "job": self.job,
         }
+        return {**fields, "staged": self.staged} if self.staged else fields
 
     @classmethod
     def from_dict(cls, data: Any) -> Published | None:
@@ -79,6 +88,7 @@ class Published:
             str(data.get("stderr_tail", "")),
             bool(data.get("merged", False)),
             str(data.get("job", "")),
+            str(data.get("staged", "")),
         )
 
     @property
@@ -161,17 +171,22 @@ def split(comment: str) -> tuple[str, Published | None]:
     publication names is in :attr:`Published.job`: :func:`parse` checks it."""
     # The wrapper's record is the comment's last: it strips RS and US from everything it publishes, so a
     # mark inside the submitted comment (the head) can never stand for the job's publication.
-    head, mark, rest = comment.rpartition(MARK)
-    if not mark:
+    head, mark, rest = comment.rpartition(_MARK_STEM)
+    if not mark or rest[:1] not in ("2", "3"):
         return comment, None
-    fields = rest.split(SEP)
+    staged = rest[0] == "3"
+    fields = rest[1:].split(SEP)
+    if staged and len(fields) >= 8:
+        fields, report = fields[:4] + fields[5:], fields[4]
+    else:
+        report = ""
     if len(fields) >= 7 and fields[0] == QUOTED:
-        head, fields = _unquote(head), ["", *(_unquote(f) for f in fields[1:])]
-    if len(fields) < 7 or fields[0] != "":
+        head, fields, report = _unquote(head), ["", *(_unquote(f) for f in fields[1:])], _unquote(report)
+    if len(fields) < 7 or fields[0] != "" or (staged and not report):
         return head.rstrip(" "), None
     job, status, merged, result = _text(fields[1]), fields[2], fields[3] == "1", _text(fields[4])
     stdout, stderr = _shown(fields[5]), _shown(SEP.join(fields[6:]))
-    return head.rstrip(" "), Published(status, result, stdout, stderr, merged, job)
+    return head.rstrip(" "), Published(status, result, stdout, stderr, merged, job, _text(report))
 
 
 # Control characters other than tab and newline (C0, DEL, C1: terminal escapes, BEL, CSI) and lone
@@ -219,26 +234,41 @@ def _quote(text: str) -> str:
     return "'" + text.replace("'", "'\\''") + "'"
 
 
-def room(comment: str) -> int:
-    """Bytes left for the published fields after the job's own comment."""
-    return COMMENT_LIMIT - len(comment.encode()) - _OVERHEAD
+def room(comment: str, *, staged: bool = False) -> int:
+    """Bytes left for the published fields after the job's own comment (and the staging report)."""
+    return COMMENT_LIMIT - len(comment.encode()) - _OVERHEAD - (STAGED_ROOM if staged else 0)
 
 
-def wrap_script(script: str, comment: str, lines: int = DEFAULT_TAIL_LINES) -> str:
+def wrap_script(
+    script: str,
+    comment: str,
+    lines: int = DEFAULT_TAIL_LINES,
+    staging: StagingLocation | None = None,
+    output_interval: int = DEFAULT_OUTPUT_INTERVAL,
+    try_number: int = 1,
+) -> str:
     """The batch script that runs ``script`` unchanged and then publishes (see the module's docstring).
 
     ``comment`` is the job's comment as submitted (it starts with the task-instance tag); the wrapper
-    writes it back first, then the published fields, so the tag is never lost.
+    writes it back first, then the published fields, so the tag is never lost. With ``staging`` (the
+    location of try ``try_number``, :meth:`StagingLocation.for_task`) the job also stages its output every
+    ``output_interval`` seconds and its result at its end (:mod:`airflow_provider_slurmapi.api.staging`), and
+    publishes with :data:`MARK_STAGED` a report of it; without, the wrapper is what it was before staging.
     """
     body = script if script.endswith("\n") else script + "\n"
     end = "SLURMAPI_SCRIPT_END_" + hashlib.sha256(body.encode()).hexdigest()[:16]
+    stager, stager_end = stager_script(staging, output_interval, try_number) if staging is not None else ("", "")
     return _WRAPPER.format(
         head=_quote(comment),
-        room=max(room(comment), 0),
+        room=max(room(comment, staged=staging is not None), 0),
         lines=lines,
         end=end,
         script=body,
         early=EARLY,
+        version=(MARK_STAGED if staging is not None else MARK)[1:],
+        staged='$us$(cat "$__sa_sd/staged" 2>/dev/null)' if staging is not None else "",
+        stager=stager,
+        stager_end=stager_end,
     )
 
 
@@ -338,12 +368,12 @@ if [ -z "$sc" ] && [ -z "$sa" ]; then
 fi
 us=$(printf '\\037')
 rs=$(printf '\\036')
-record="$head ${{rs}}slurmapi2$us$__sa_job$us$status$us$merged$us$result$us$o$us$e"
+record="$head ${{rs}}{version}$us$__sa_job$us$status$us$merged{staged}$us$result$us$o$us$e"
 # Accounting's copy (sacctmgr writes the job's accounting comment, which slurmdbd keeps whatever
 # AccountingStoreFlags says; sacctmgr turns quotes into backticks): percent-quoted, marked by a "%" field.
 if [ -n "$sa" ]; then
     copy=$(printf '%s' "$record" | sed -e 's/%/%25/g' -e 's/"/%22/g' -e "s/'/%27/g" -e 's/`/%60/g' \\
-        -e "s/${{rs}}slurmapi2$us/${{rs}}slurmapi2%$us/")
+        -e "s/${{rs}}{version}$us/${{rs}}{version}%$us/")
     to=$(command -v timeout) && to="$to 15"
     $to "$sa" -i modify job where "JobId=$__sa_job" set "Comment=$copy" >/dev/null 2>&1
 fi
@@ -365,7 +395,7 @@ __sa_pid=$$
 # "scontrol update JobId=<array id>" would update every task of the array.
 __sa_job=$SLURM_JOB_ID
 [ -z "${{SLURM_ARRAY_TASK_ID:-}}" ] || __sa_job=${{SLURM_ARRAY_JOB_ID}}_$SLURM_ARRAY_TASK_ID
-__sa_timer=
+{stager}__sa_timer=
 if [ -n "${{SLURM_JOB_END_TIME:-}}" ] && [ "$SLURM_JOB_END_TIME" -lt 4000000000 ] 2>/dev/null; then
     (
         __sa_left=$((SLURM_JOB_END_TIME - $(date +%s)))
@@ -397,7 +427,7 @@ if [ -n "$__sa_timer" ]; then
     kill "$__sa_timer" 2>/dev/null
     wait "$__sa_timer" 2>/dev/null
 fi
-if [ -n "$__sa_signalled" ]; then __sa_publish signalled; else __sa_publish; fi
+{stager_end}if [ -n "$__sa_signalled" ]; then __sa_publish signalled; else __sa_publish; fi
 rm -rf "$__sa_dir"
 if [ "$__sa_rc" -gt 128 ] && [ "$__sa_rc" -lt 160 ]; then
     trap - TERM INT HUP USR1 USR2
@@ -519,11 +549,11 @@ def _read_one(summary: Mapping[str, Any]) -> Reading:
         return Reading(log=[f"{label}: its result and output tail could not be read: {unread}"], unread=unread)
     reading = Reading()
     if published.merged:
-        reading.log.append(_tail_text(f"{label} output (stdout and stderr)", published.stdout_tail))
+        reading.log.append(tail_text(f"{label} output (stdout and stderr)", published.stdout_tail))
         stderr = published.stdout_tail
     else:
-        reading.log.append(_tail_text(f"{label} stdout", published.stdout_tail))
-        reading.log.append(_tail_text(f"{label} stderr", published.stderr_tail))
+        reading.log.append(tail_text(f"{label} stdout", published.stdout_tail))
+        reading.log.append(tail_text(f"{label} stderr", published.stderr_tail))
         stderr = published.stderr_tail
     reading.quote = "\n".join(stderr.splitlines()[-QUOTED_LINES:])
     if published.has_result:
@@ -534,7 +564,7 @@ def _read_one(summary: Mapping[str, Any]) -> Reading:
     return reading
 
 
-def _tail_text(what: str, tail: str) -> str:
+def tail_text(what: str, tail: str) -> str:
     if not tail:
         return f"{what}: (empty)"
     return f"{what}, last {len(tail.splitlines())} lines:\n{tail}"

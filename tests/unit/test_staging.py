@@ -1,0 +1,171 @@
+"""The staging location: a gs:// URI checked before anything is sent, and each job's object names."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from airflow_provider_slurmapi.api.errors import SlurmJobSpecError
+from airflow_provider_slurmapi.api.staging import (
+    OBJECT_NAME_LIMIT,
+    PREFIX_LIMIT,
+    StagedReport,
+    StagingLocation,
+    chunk_name,
+    parse_chunk,
+)
+
+
+@pytest.mark.parametrize(
+    ("uri", "bucket", "prefix"),
+    [
+        ("gs://my-bucket", "my-bucket", ""),
+        ("gs://my-bucket/", "my-bucket", ""),
+        ("gs://my_bucket.example.com/a/b/", "my_bucket.example.com", "a/b"),
+        ("  gs://b12/airflow staging/x  ", "b12", "airflow staging/x"),
+        ("gs://abc/données", "abc", "données"),
+    ],
+)
+def test_a_valid_uri_gives_its_bucket_and_prefix(uri, bucket, prefix):
+    location = StagingLocation.parse(uri)
+    assert (location.bucket, location.prefix) == (bucket, prefix)
+    assert location.uri == f"gs://{bucket}/{prefix}".rstrip("/")
+
+
+@pytest.mark.parametrize(
+    ("uri", "words"),
+    [
+        ("s3://bucket/x", "is not a gs:// URI"),
+        ("/tmp/out", "is not a gs:// URI"),
+        ("gs://", "is empty"),
+        ("gs://ab", "3 to 63 characters"),
+        ("gs://" + "a" * 64, "3 to 63 characters"),
+        ("gs://My-Bucket", "only lowercase letters"),
+        ("gs://bucket name", "only lowercase letters"),
+        ("gs://-bucket", "start and end with a letter or digit"),
+        ("gs://bucket-", "start and end with a letter or digit"),
+        ("gs://a..b.c", "start and end with a letter or digit"),
+        ("gs://" + "a" * 64 + ".com", "at most 63 characters"),
+        ("gs://192.168.5.4", "is an IP address"),
+        ("gs://goog-data", "'goog'"),
+        ("gs://my-google-bucket", "'google'"),
+        ("gs://bucket/a//b", "an empty, '.' or '..' part"),
+        ("gs://bucket/a/../b", "an empty, '.' or '..' part"),
+        ("gs://bucket/runs/*", "'*'"),
+        ("gs://bucket/runs#1", "'#'"),
+        ("gs://bucket/a\nb", "'\\n'"),
+        ("gs://bucket/" + "p" * (PREFIX_LIMIT + 1), f"more than {PREFIX_LIMIT}"),
+    ],
+)
+def test_a_bad_uri_is_refused_naming_the_field_and_the_fix(uri, words):
+    with pytest.raises(SlurmJobSpecError) as caught:
+        StagingLocation.parse(uri, "staging_uri")
+    message = str(caught.value)
+    assert "staging_uri" in message and words in message, message
+    assert "gs://BUCKET" in message or "Leave out" in message or "Shorten" in message
+
+
+def test_a_value_that_is_not_text_is_refused():
+    with pytest.raises(SlurmJobSpecError, match="is a int, not a gs:// URI"):
+        StagingLocation.parse(5)
+
+
+def test_each_try_of_each_task_instance_has_its_own_prefix_and_each_job_its_own_below_it():
+    base = StagingLocation.parse("gs://bkt/airflow")
+    first = base.for_task("train", "fit", "manual__2026-12-06T10:00:00+00:00", -1, 1)
+    assert first.prefix == "airflow/train/fit/manual__2026-12-06T10%3A00%3A00%2B00%3A00/-1/try-1"
+    assert base.for_task("train", "fit", "manual__2026-12-06T10:00:00+00:00", -1, 2) != first
+    assert base.for_task("train", "fit", "manual__2026-12-06T10:00:00+00:00", 3, 1) != first
+    job = first.for_job("123_4")
+    assert job.object_uri("result.json") == f"gs://bkt/{first.prefix}/123_4/run-0/result.json"
+    assert first.for_job("123_4", 1) != job
+    with pytest.raises(ValueError):
+        first.for_job("../124")
+
+
+def test_an_id_cannot_climb_or_split_the_layout():
+    base = StagingLocation.parse("gs://bkt")
+    location = base.for_task("..", "a/b", ".", 0, 1)
+    parts = location.prefix.split("/")
+    assert parts == ["%2E%2E", "a%2Fb", "%2E", "0", "try-1"]
+
+
+@given(
+    dag=st.text(min_size=1, max_size=250),
+    task=st.text(min_size=1, max_size=250),
+    run=st.text(min_size=1, max_size=250),
+    map_index=st.integers(-1, 2**31),
+)
+def test_every_object_name_keeps_within_cloud_storage_limits(dag, task, run, map_index):
+    base = StagingLocation.parse("gs://bkt/" + "p" * PREFIX_LIMIT)
+    job = base.for_task(dag, task, run, map_index, 99).for_job("4294967295_4294967295", 999)
+    name = job.object_name(chunk_name("stdout", 10**12 - 1))
+    assert len(name.encode("utf-8")) <= OBJECT_NAME_LIMIT
+    assert len(name.split("/")) == 1 + 5 + 2 + 2  # the prefix, the task instance's 5 parts, job and run, chunk
+
+
+def test_chunk_names_sort_in_the_streams_order_and_read_back():
+    offsets = [0, 4096, 10**6, 10**12 - 1]
+    names = [chunk_name("stderr", n) for n in offsets]
+    assert names == sorted(names)
+    assert [parse_chunk(n) for n in names] == [("stderr", n) for n in offsets]
+    assert parse_chunk("result.json") is None
+    assert parse_chunk("stdout/12") is None
+    assert parse_chunk("stdin/000000000000") is None
+    for bad in (("stdin", 0), ("stdout", -1), ("stdout", 10**12)):
+        with pytest.raises(ValueError):
+            chunk_name(*bad)
+
+
+def test_the_staging_report_reads_back_and_refuses_what_the_wrapper_never_writes():
+    sha = "ab" * 32
+    report = StagedReport.parse(f"try=2;run=1;stdout=10/12;stderr=merged;result=17:{sha};error=HTTP 503; x=y")
+    assert report == StagedReport(2, 1, (10, 12), None, (17, sha), False, "HTTP 503; x=y")
+    assert report is not None and not report.complete
+    whole = StagedReport.parse("try=1;run=0;stdout=5/5;stderr=0/0;result=none;error=")
+    assert whole is not None and whole.complete
+    lost = StagedReport.parse("try=1;run=0;stdout=5/5;stderr=0/0;result=lost;error=no sha256sum")
+    assert lost is not None and lost.result_lost and lost.result is None and not lost.complete
+    for bad in (
+        "",
+        "run=0",
+        "try=x;run=0;stdout=1/1",
+        "try=1;run=0;stdout=1;stderr=0/0",
+        f"try=1;run=0;stdout=1/1;result=17:{sha[:10]}",
+    ):
+        assert StagedReport.parse(bad) is None, bad
+
+
+def test_a_publication_with_a_staging_report_reads_back_from_the_queue_and_from_accountings_copy():
+    from airflow_provider_slurmapi.api import results
+
+    fields = ["", "42", "ok", "0", "try=1;run=0;stdout=3/3;stderr=0/0;result=none;error=", '{"a": 1}', "out", "err"]
+    comment = "airflow-ti:d/t/r/-1 try:1 " + results.MARK_STAGED + results.SEP.join(fields)
+    head, published = results.split(comment)
+    assert head == "airflow-ti:d/t/r/-1 try:1"
+    assert published is not None and published.staged.startswith("try=1;run=0;")
+    assert (published.job, published.result(), published.stdout_tail, published.stderr_tail) == (
+        "42",
+        {"a": 1},
+        "out",
+        "err",
+    )
+    quoted = comment.replace(results.MARK_STAGED, results.MARK_STAGED + results.QUOTED, 1).replace('"', "%22")
+    assert results.split(quoted)[1] == published
+    # version 3 without its report is no publication: a user's comment cannot pass for one by leaving it out
+    short = (
+        "airflow-ti:d/t/r/-1 try:1 " + results.MARK_STAGED + results.SEP.join(["", "42", "ok", "0", "", "{}", "", ""])
+    )
+    assert results.split(short)[1] is None
+
+
+def test_without_staging_the_wrapper_is_what_it_was():
+    from airflow_provider_slurmapi.api import results
+
+    plain = results.wrap_script("#!/bin/sh\necho hi\n", "airflow-ti:d/t/r/-1 try:1")
+    assert "slurmapi2" in plain and "slurmapi3" not in plain and "__sa_stage" not in plain and "gs://" not in plain
+    staged = results.wrap_script(
+        "#!/bin/sh\necho hi\n", "airflow-ti:d/t/r/-1 try:1", staging=StagingLocation.parse("gs://bkt/p"), try_number=3
+    )
+    assert "slurmapi3" in staged and "__sa_stage_end" in staged and "try=3;" in staged and "'bkt'" in staged
