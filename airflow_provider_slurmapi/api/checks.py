@@ -43,6 +43,13 @@ def flag(value: object, field: str) -> bool:
     return value
 
 
+def count(value: object, field: str, *, minimum: int = 0) -> int:
+    """``value`` as a whole number of at least ``minimum`` (a bool or a float is refused)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise SlurmJobSpecError(field, f"{value!r} is not a whole number of at least {minimum}", "Give an int.")
+    return value
+
+
 def states(value: object, field: str, *, empty: bool = False) -> frozenset[str]:
     """Slurm base state names (upper-cased), e.g. ``["COMPLETED"]``; none at all only with ``empty``.
 

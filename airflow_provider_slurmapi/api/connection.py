@@ -16,6 +16,7 @@ from airflow_provider_slurmapi.api.direct import SlurmrestdRef
 from airflow_provider_slurmapi.api.envelope import ClusterRef, is_loopback
 from airflow_provider_slurmapi.api.errors import SlurmJobSpecError
 from airflow_provider_slurmapi.api.fields import CONNECTION_FIELDS, DEFAULT_CONN_ID, DEFAULT_TIMEOUT
+from airflow_provider_slurmapi.api.staging import StagingLocation
 
 _PREFIX = "extra__slurmapi__"
 
@@ -31,6 +32,8 @@ class ConnectionSettings:
     job_link_template: str = ""
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     slurm_user: str = ""
+    # Where jobs stage their full output and results (``staging_uri``); None: the job's Slurm comment only.
+    staging: StagingLocation | None = None
 
     def client_kwargs(self) -> dict[str, Any]:
         return {
@@ -87,6 +90,7 @@ def settings_from_extra(
                 attempts=_count(values.get("retries", 4)) + 1,
                 initial_delay=checks.seconds(values.get("retry_delay", 1.0), "retry_delay", zero=True, text=True),
             ),
+            "staging": StagingLocation.parse(values["staging_uri"]) if values.get("staging_uri") else None,
         }
         if values.get("slurmrestd_url"):
             direct = SlurmrestdRef(

@@ -38,6 +38,10 @@ CONNECTION_FIELDS: dict[str, tuple[str, str]] = {
     "timeout": ("Timeout (seconds)", "Limit of each HTTP try, the whole reply included (default 60)"),
     "retries": ("Retries", "Retries of a transiently failed GET/DELETE, with backoff (default 4)"),
     "retry_delay": ("First retry delay (seconds)", "Doubles on each retry, with jitter (default 1)"),
+    "staging_uri": (
+        "Staging location",
+        "gs://BUCKET/PREFIX where jobs stage their full output and results (empty: the job's Slurm comment)",
+    ),
     "slurmrestd_url": ("slurmrestd URL", "Call an on-premises slurmrestd directly instead of Google"),
     "slurm_jwt": ("Slurm JWT", "X-SLURM-USER-TOKEN for slurmrestd_url (kept secret)"),
 }
@@ -47,6 +51,7 @@ CONNECTION_SECTIONS: dict[str, tuple[str, ...]] = {
     "Google credentials": ("key_path", "keyfile_dict", "impersonation_chain", "scopes", "quota_project_id"),
     "Slurm": ("api_version", "slurm_user", "job_link_template"),
     "Calls": ("timeout", "retries", "retry_delay"),
+    "Full output and results": ("staging_uri",),
     "Direct slurmrestd (instead of Google)": ("slurmrestd_url", "slurm_jwt"),
 }
 SECRET_FIELDS = frozenset({"keyfile_dict", "slurm_jwt"})

@@ -9,19 +9,25 @@ from typing import Any
 
 from airflow.providers.common.compat.sdk import BaseHook
 
-from airflow_provider_slurmapi.api import checks, versions
+from airflow_provider_slurmapi.api import checks, storage, versions
 from airflow_provider_slurmapi.api import operations as ops
+from airflow_provider_slurmapi.api.auth import build_credentials
 from airflow_provider_slurmapi.api.client import AsyncSlurmJobApiClient, SlurmJobApiClient
 from airflow_provider_slurmapi.api.connection import ConnectionSettings, settings_from_extra
-from airflow_provider_slurmapi.api.errors import SlurmJobApiError, SlurmJobWaitTimeoutError
+from airflow_provider_slurmapi.api.envelope import ClusterRef
+from airflow_provider_slurmapi.api.errors import SlurmJobApiError, SlurmJobSpecError, SlurmJobWaitTimeoutError
 from airflow_provider_slurmapi.api.fields import CONNECTION_FIELDS, DEFAULT_CONN_ID, SECRET_FIELDS, ui_field_behaviour
 from airflow_provider_slurmapi.api.identity import TaskIdentity
 from airflow_provider_slurmapi.api.jobs import SlurmJob
 from airflow_provider_slurmapi.api.observe import observe_one
 from airflow_provider_slurmapi.api.reattach import SubmitOutcome
 from airflow_provider_slurmapi.api.spec import JobSpec
+from airflow_provider_slurmapi.api.staging import StagingLocation
 from airflow_provider_slurmapi.api.states import DEFAULT_ERROR_BUDGET
 from airflow_provider_slurmapi.api.watch import JobWatch, WaitDeadline, outcome_text
+
+# How long the check of a staging location before a submit keeps retrying a storage that fails transiently.
+CHECK_SECONDS = 30.0
 
 
 def default_deferrable() -> bool:
@@ -51,6 +57,7 @@ class SlurmJobApiHook(BaseHook):
         self.slurmapi_conn_id = slurmapi_conn_id
         self._settings: ConnectionSettings | None = None
         self._client: SlurmJobApiClient | None = None
+        self._storage: Any = None
 
     # -- connection -------------------------------------------------------------------------------
 
@@ -103,6 +110,31 @@ class SlurmJobApiHook(BaseHook):
         if self._settings is None:
             raise RuntimeError("read the connection first: await aget_settings() (or use get_async_conn)")
         return AsyncSlurmJobApiClient(self._settings.cluster, **self._client_kwargs(self._settings))
+
+    def storage_client(self) -> Any:
+        """A ``google.cloud.storage.Client`` with the connection's Google credentials (impersonation chain
+        included), created once per hook: what reads staged output and results (``staging`` extra)."""
+        if self._storage is None:
+            settings = self.settings
+            project = settings.cluster.project_id if isinstance(settings.cluster, ClusterRef) else None
+            self._storage = storage.storage_client(build_credentials(settings.auth), project)
+        return self._storage
+
+    def check_staging(self, location: StagingLocation) -> None:
+        """Fail before a submit when the connection's credentials cannot list ``location`` (one request)."""
+        client = self.storage_client()
+        try:
+            from google.cloud.storage.retry import DEFAULT_RETRY
+
+            retry = DEFAULT_RETRY.with_timeout(CHECK_SECONDS)
+            list(client.list_blobs(location.bucket, prefix=location.object_name(""), max_results=1, retry=retry))
+        except Exception as err:
+            raise SlurmJobSpecError(
+                "staging_uri",
+                f"{location.uri} cannot be read with the connection's credentials ({type(err).__name__}: {err})",
+                "Create the bucket, and grant the connection's service account roles/storage.objectViewer on it "
+                "(the cluster's nodes need roles/storage.objectCreator).",
+            ) from None
 
     # -- API --------------------------------------------------------------------------------------
 

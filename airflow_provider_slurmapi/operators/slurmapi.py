@@ -31,7 +31,7 @@ from airflow.providers.common.compat.sdk import (
     redact,
 )
 
-from airflow_provider_slurmapi.api import checks, results
+from airflow_provider_slurmapi.api import checks, results, staging, storage
 from airflow_provider_slurmapi.api.errors import (
     GoogleApiError,
     SlurmApiVersionError,
@@ -41,10 +41,16 @@ from airflow_provider_slurmapi.api.errors import (
     SlurmRequestRejectedError,
     SlurmTransportError,
 )
-from airflow_provider_slurmapi.api.identity import TaskIdentity, TaskTry, tagged_comment, task_instance_tag
+from airflow_provider_slurmapi.api.identity import (
+    TaskIdentity,
+    TaskTry,
+    tagged_comment,
+    task_instance_tag,
+)
 from airflow_provider_slurmapi.api.job_event import FAILED, SUCCESS, TIMEOUT, JobEvent
 from airflow_provider_slurmapi.api.jobs import SlurmJob
 from airflow_provider_slurmapi.api.spec import JobSpec
+from airflow_provider_slurmapi.api.staging import StagingLocation
 from airflow_provider_slurmapi.api.watch import failure_error, outcome_text
 from airflow_provider_slurmapi.hooks.slurmapi import SlurmApiHookMixin, SlurmJobApiHook, default_deferrable
 from airflow_provider_slurmapi.links.slurmapi import SlurmJobLink
@@ -54,6 +60,7 @@ from airflow_provider_slurmapi.version_compat import AIRFLOW_V_3_0_PLUS
 XCOM_JOB_ID = "slurm_job_id"
 XCOM_JOB = "slurm_job"
 XCOM_RESULT = "slurm_result"
+XCOM_OUTPUT_URI = "slurm_output_uri"
 
 
 class SlurmJobError(AirflowException):
@@ -159,7 +166,18 @@ class SlurmSubmitJobOperator(SlurmApiHookMixin, BaseOperator):
         in the job's Slurm comment, after the task's tag (default True; see the docs' "Results and output"
         page for what the script sees and what it costs). False submits the script as it is.
     :param output_tail_lines: at most this many last lines of stdout and of stderr are published (default
-        50; 0: none, the result only); Slurm's 1024-byte comment bounds them further.
+        50; 0: none, the result only); Slurm's 1024-byte comment bounds them further, except with staging.
+    :param staging_uri: ``gs://BUCKET/PREFIX`` where the job stages its full output as it runs and its
+        result at its end, lifting the comment's limits (default None: the connection's ``staging_uri``;
+        ``""``: no staging for this task, even where the connection sets one). The task log then ends with
+        the last ``output_tail_lines`` lines read from there, XCom ``slurm_output_uri`` names the job's
+        staged output, and ``slurm_result`` may be up to ``max_result_bytes``. Checked before the submit
+        (the URI, and that the connection's credentials can list it). Needs ``publish_results`` and the
+        ``staging`` extra; see the docs' "Full output and large results" page.
+    :param output_interval: with staging, how often (seconds, 1 to 3600; default 30) the running job
+        uploads its new output.
+    :param max_result_bytes: with staging, the largest result the task takes (default 10 MiB); a larger
+        one fails the task, naming the object and the limit.
     :param slurmapi_conn_id: the ``slurmapi`` connection (default ``slurmapi_default``).
 
     Every job's name ends with its task instance's identity, ``~af<12 hex digits>r<run>`` (the digits
@@ -185,6 +203,7 @@ class SlurmSubmitJobOperator(SlurmApiHookMixin, BaseOperator):
         "standard_output",
         "standard_error",
         "array",
+        "staging_uri",
     )
     template_ext: Sequence[str] = (".sh", ".bash")
     template_fields_renderers = {"script": "bash", "job": "json", "environment": "json"}
@@ -217,6 +236,9 @@ class SlurmSubmitJobOperator(SlurmApiHookMixin, BaseOperator):
         reattach: bool = True,
         publish_results: bool = True,
         output_tail_lines: int = results.DEFAULT_TAIL_LINES,
+        staging_uri: str | None = None,
+        output_interval: int = staging.DEFAULT_OUTPUT_INTERVAL,
+        max_result_bytes: int = storage.DEFAULT_MAX_RESULT_BYTES,
         slurmapi_conn_id: str = SlurmJobApiHook.default_conn_name,
         **kwargs: Any,
     ) -> None:
@@ -224,6 +246,9 @@ class SlurmSubmitJobOperator(SlurmApiHookMixin, BaseOperator):
         self.reattach = checks.flag(reattach, "reattach")
         self.publish_results = checks.flag(publish_results, "publish_results")
         self.output_tail_lines = results.tail_lines(output_tail_lines)
+        self.staging_uri = staging_uri
+        self.output_interval = staging.output_interval(output_interval)
+        self.max_result_bytes = checks.count(max_result_bytes, "max_result_bytes", minimum=1)
         self.script = script
         self.job = dict(job) if job else {}
         self.name = name
@@ -327,13 +352,36 @@ class SlurmSubmitJobOperator(SlurmApiHookMixin, BaseOperator):
         spec = JobSpec.build(self.script, fields)
         if not self.publish_results:
             return spec
-        if results.room(fields["comment"]) <= 0:
+        location = self.staging_location()
+        if results.room(fields["comment"], staged=location is not None) <= 0:
             raise SlurmJobSpecError(
                 "comment",
                 f"leaves no room in the job's {results.COMMENT_LIMIT}-byte Slurm comment for its result",
                 "Shorten the comment, or pass publish_results=False.",
             )
-        return JobSpec(results.wrap_script(spec.script, fields["comment"], self.output_tail_lines), spec.job)
+        number = self.task_try(context).number
+        if location is not None:
+            self.hook.check_staging(location)
+            location = self._for_try(context, location, number)
+        script = results.wrap_script(
+            spec.script, fields["comment"], self.output_tail_lines, location, self.output_interval, number
+        )
+        return JobSpec(script, spec.job)
+
+    def staging_location(self) -> StagingLocation | None:
+        """Where this task's jobs stage their output and result: the task's ``staging_uri``, else the
+        connection's; None without (or with ``staging_uri=""``)."""
+        if self.staging_uri is None:
+            return self.hook.settings.staging
+        if self.staging_uri == "":
+            return None
+        return StagingLocation.parse(self.staging_uri, "staging_uri")
+
+    @staticmethod
+    def _for_try(context: Any, location: StagingLocation, try_number: int) -> StagingLocation:
+        ti = context["ti"]
+        map_index = getattr(ti, "map_index", -1)
+        return location.for_task(ti.dag_id, ti.task_id, ti.run_id, -1 if map_index is None else map_index, try_number)
 
     def task_try(self, context: Any) -> TaskTry:
         """This try, and the first try since the task instance was last cleared (see ``TaskTry``)."""
@@ -461,7 +509,7 @@ class SlurmSubmitJobOperator(SlurmApiHookMixin, BaseOperator):
         self._record_shown(context, summary)
         if not self.publish_results:
             return None
-        reading = results.read(summary)
+        reading = self._read_published(context, summary)
         if reading.error and self.result_source:
             reading.error = reading.error.replace(results.RESULT_FILE_WORDS, self.result_source)
         for line in reading.log:
@@ -474,6 +522,27 @@ class SlurmSubmitJobOperator(SlurmApiHookMixin, BaseOperator):
         if reading.has_result:
             context["ti"].xcom_push(key=XCOM_RESULT, value=reading.result)
             self.log.info("Pushed the job's result as XCom %r", XCOM_RESULT)
+        return reading
+
+    def _read_published(self, context: Any, summary: dict[str, Any]) -> results.Reading:
+        """What the job published; with what it staged in Cloud Storage read from there (and XCom
+        ``slurm_output_uri`` naming it)."""
+        location = self.staging_location() if _staged_anything(summary) else None
+        if location is None:
+            return results.read(summary)
+
+        def location_of(item: Mapping[str, Any], report: staging.StagedReport) -> StagingLocation:
+            # below the try that submitted the job: a later try that reattached to it reads it there
+            job = str(item.get("display_id") or item.get("job_id"))
+            return self._for_try(context, location, report.try_number).for_job(job, report.run)
+
+        reading, uris = storage.read_staged(
+            summary, self.hook.storage_client(), location_of, self.output_tail_lines, self.max_result_bytes
+        )
+        if uris:
+            value: Any = uris if isinstance(summary.get("tasks"), list) else next(iter(uris.values()))
+            context["ti"].xcom_push(key=XCOM_OUTPUT_URI, value=value)
+            self.log.info("The job's full output is in %s (XCom %r)", value, XCOM_OUTPUT_URI)
         return reading
 
     def _record_shown(self, context: Any, summary: dict[str, Any]) -> None:
@@ -541,6 +610,16 @@ class SlurmSubmitJobOperator(SlurmApiHookMixin, BaseOperator):
             self.log.warning("Could not read this try's Slurm job id (%s); no job to cancel", err)
             return None
         return None if job_id is None else int(job_id)
+
+
+def _staged_anything(summary: Mapping[str, Any]) -> bool:
+    """Whether the job (or a task of the array) published a staging report."""
+    tasks = summary.get("tasks")
+    items = tasks if isinstance(tasks, list) else [summary]
+    return any(
+        isinstance(item, Mapping) and isinstance(item.get("published"), Mapping) and item["published"].get("staged")
+        for item in items
+    )
 
 
 def _without_published(summary: dict[str, Any]) -> dict[str, Any]:

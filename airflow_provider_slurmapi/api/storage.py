@@ -1,0 +1,261 @@
+"""Reading what a job staged in Cloud Storage: its output's chunks, their tail, its result (checked).
+
+With google-cloud-storage (the ``staging`` extra: ``pip install 'airflow-provider-slurmapi[staging]'``),
+Google's maintained client: it takes the connection's google-auth credentials (impersonation chain
+included) as they are, honours ``STORAGE_EMULATOR_HOST`` as Google's tools do, and retries its reads.
+Its calls are blocking: the trigger makes them in a worker thread. The names read are the ones
+:mod:`airflow_provider_slurmapi.api.staging` lays out; a staged result is used only when it has the size
+and SHA-256 the job published in its own Slurm comment (:class:`~.staging.StagedReport`), so another
+writer to the bucket cannot swap it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from airflow_provider_slurmapi.api.results import (
+    QUOTED_LINES,
+    RESULT_OK,
+    Published,
+    Reading,
+    ResultError,
+    read,
+    tail_text,
+)
+from airflow_provider_slurmapi.api.staging import (
+    RESULT_OBJECT,
+    STREAMS,
+    StagedReport,
+    StagingLocation,
+    parse_chunk,
+)
+
+STAGING_EXTRA = "airflow-provider-slurmapi[staging]"
+DEFAULT_MAX_RESULT_BYTES = 10 * 2**20
+# How much of the end of a stream a tail reads at most, whatever the lines asked for.
+TAIL_READ_LIMIT = 8 * 2**20
+
+
+class StagedReadError(ValueError):
+    """What a job staged cannot be used: its result too large, altered, or unreadable."""
+
+
+def storage_client(credentials: Any, project: str | None = None) -> Any:
+    """A ``google.cloud.storage.Client`` with ``credentials`` (a clear ImportError without the extra)."""
+    try:
+        from google.cloud import storage
+    except ImportError:
+        raise ImportError(
+            f"Reading staged output and results needs google-cloud-storage: pip install '{STAGING_EXTRA}'"
+        ) from None
+    return storage.Client(project=project or None, credentials=credentials)
+
+
+@dataclass(frozen=True)
+class Chunk:
+    stream: str
+    offset: int
+    size: int
+    name: str
+
+
+@dataclass
+class StreamCursor:
+    """How far the reader has read each stream of one job run (the next byte offset of each)."""
+
+    offsets: dict[str, int] = field(default_factory=lambda: dict.fromkeys(STREAMS, 0))
+
+
+def chunks(client: Any, location: StagingLocation) -> dict[str, list[Chunk]]:
+    """The chunks of each stream below one job run's ``location`` (one listing), in order."""
+    prefix = location.object_name("")
+    found: dict[str, list[Chunk]] = {stream: [] for stream in STREAMS}
+    for blob in client.list_blobs(location.bucket, prefix=prefix):
+        parsed = parse_chunk(blob.name[len(prefix) :])
+        if parsed is not None:
+            found[parsed[0]].append(Chunk(parsed[0], parsed[1], int(blob.size or 0), blob.name))
+    for items in found.values():
+        items.sort(key=lambda c: c.offset)
+    return found
+
+
+def read_new(
+    client: Any, location: StagingLocation, cursor: StreamCursor, listed: dict[str, list[Chunk]] | None = None
+) -> dict[str, bytes]:
+    """The bytes of each stream past ``cursor`` (which moves on), in order: each byte once, even where a
+    chunk overlaps one read before (an upload cut short and made again)."""
+    listed = chunks(client, location) if listed is None else listed
+    bucket = client.bucket(location.bucket)
+    new: dict[str, bytes] = {}
+    for stream, items in listed.items():
+        parts = []
+        at = cursor.offsets.get(stream, 0)
+        for chunk in items:
+            end = chunk.offset + chunk.size
+            if end <= at or chunk.offset > at:  # read already, or past a gap not staged (yet)
+                continue
+            data = bucket.blob(chunk.name).download_as_bytes(start=at - chunk.offset)
+            parts.append(data)
+            at += len(data)
+        cursor.offsets[stream] = at
+        if parts:
+            new[stream] = b"".join(parts)
+    return new
+
+
+def read_tail(client: Any, location: StagingLocation, stream: str, lines: int) -> str:
+    """The last ``lines`` lines of ``stream`` (reading at most ``TAIL_READ_LIMIT`` bytes of its end)."""
+    if lines <= 0:
+        return ""
+    items = chunks(client, location)[stream]
+    bucket = client.bucket(location.bucket)
+    pieces: list[bytes] = []
+    read = 0
+    for chunk in reversed(items):
+        start = max(0, chunk.size - (TAIL_READ_LIMIT - read))
+        data = bucket.blob(chunk.name).download_as_bytes(start=start) if chunk.size else b""
+        pieces.insert(0, data)
+        read += len(data)
+        if b"".join(pieces).count(b"\n") > lines or read >= TAIL_READ_LIMIT or start > 0:
+            break
+    text = b"".join(pieces).decode("utf-8", "replace")
+    return "\n".join(text.splitlines()[-lines:])
+
+
+def read_result(client: Any, location: StagingLocation, report: StagedReport, max_bytes: int) -> bytes:
+    """The staged result of one job run, when it is exactly what the job published (size and SHA-256)."""
+    if report.result is None:
+        raise StagedReadError("the job staged no result")
+    size, sha256 = report.result
+    uri = location.object_uri(RESULT_OBJECT)
+    if size > max_bytes:
+        raise StagedReadError(
+            f"the job's result {uri} is {size} bytes, more than max_result_bytes={max_bytes}: raise "
+            "max_result_bytes, or return a smaller value (e.g. metrics and the URI of a file with the rest)"
+        )
+    blob = client.bucket(location.bucket).get_blob(location.object_name(RESULT_OBJECT))
+    if blob is None:
+        raise StagedReadError(f"the job's result {uri} is not there (deleted since the job wrote it?)")
+    if int(blob.size or 0) != size:
+        raise StagedReadError(
+            f"the job's result {uri} is {blob.size} bytes, not the {size} the job published: it was replaced "
+            "after the job wrote it, so it is not used"
+        )
+    data = blob.download_as_bytes(if_generation_match=blob.generation)
+    if len(data) != size or hashlib.sha256(data).hexdigest() != sha256:
+        raise StagedReadError(
+            f"the job's result {uri} does not have the SHA-256 the job published: it was altered after the job "
+            "wrote it, so it is not used"
+        )
+    return data
+
+
+def lost_words(report: StagedReport) -> Iterable[str]:
+    """What the job could not stage, one phrase each, for the task log."""
+    streams = [("stdout", report.stdout)]
+    if report.stderr is not None:
+        streams.append(("stderr", report.stderr))
+    for name, (staged, total) in streams:
+        if staged < total:
+            yield f"the last {total - staged} of the {total} bytes of its {name}"
+    if report.result_lost:
+        yield "its result"
+
+
+def read_staged(
+    summary: Mapping[str, Any],
+    client: Any,
+    location_of: Callable[[Mapping[str, Any], StagedReport], StagingLocation],
+    lines: int,
+    max_bytes: int,
+) -> tuple[Reading, dict[str, str]]:
+    """What a finished job (or each task of an array) published, with what it staged read from Cloud
+    Storage: the tails of its output (``lines`` lines, no comment-size cap) and its result (checked
+    against the size and SHA-256 it published). A job that staged nothing is read from its comment as
+    before. Returns the reading and, per job, the URI of its staged output."""
+    tasks = summary.get("tasks")
+    items = [t for t in tasks if isinstance(t, Mapping)] if isinstance(tasks, list) else [summary]
+    reading = Reading()
+    uris: dict[str, str] = {}
+    values: dict[str, Any] = {}
+    for item in items:
+        item = {**item, "source": item.get("source", summary.get("source"))}
+        if "comment" not in item and "comment" in summary:
+            item["comment"] = summary["comment"]
+        display = str(item.get("display_id") or item.get("job_id"))
+        one = _read_staged_one(item, display, client, location_of, lines, max_bytes, uris)
+        reading.log.extend(one.log)
+        reading.error = reading.error or (f"{display}: {one.error}" if tasks and one.error else one.error)
+        reading.unread = reading.unread or one.unread
+        if one.has_result:
+            values[display] = one.result
+        if one.quote and not reading.quote:
+            reading.quote = f"{display}: {one.quote}" if isinstance(tasks, list) else one.quote
+    if values:
+        reading.has_result = True
+        reading.result = values if isinstance(tasks, list) else next(iter(values.values()))
+    return reading, uris
+
+
+def _read_staged_one(
+    item: Mapping[str, Any],
+    display: str,
+    client: Any,
+    location_of: Callable[[Mapping[str, Any], StagedReport], StagingLocation],
+    lines: int,
+    max_bytes: int,
+    uris: dict[str, str],
+) -> Reading:
+    published = Published.from_dict(item.get("published"))
+    report = StagedReport.parse(published.staged) if published is not None and published.staged else None
+    if published is None or report is None:
+        return read(item)
+    label = f"Slurm job {display}"
+    location = location_of(item, report)
+    uris[display] = location.uri
+    reading = Reading()
+    lost = list(lost_words(report))
+    if lost:
+        reading.log.append(f"{label}: could not stage {', '.join(lost)} in {location.uri}: {report.error}")
+    streams = [("stdout", "output (stdout and stderr)" if report.stderr is None else "stdout")]
+    if report.stderr is not None:
+        streams.append(("stderr", "stderr"))
+    tails: dict[str, str] = {}
+    for stream, words in streams:
+        try:
+            tails[stream] = read_tail(client, location, stream, lines)
+        except Exception as err:  # the storage's fault: the comment's tail stands in
+            reading.log.append(f"{label}: could not read its staged {stream} ({type(err).__name__}: {err})")
+            tails[stream] = published.stdout_tail if stream == "stdout" else published.stderr_tail
+        reading.log.append(tail_text(f"{label} {words}", tails[stream]))
+    stderr = tails["stdout"] if report.stderr is None else tails["stderr"]
+    reading.quote = "\n".join(stderr.splitlines()[-QUOTED_LINES:])
+    if report.result is not None:
+        try:
+            data = read_result(client, location, report, max_bytes)
+            text = data.decode("utf-8")
+        except StagedReadError as err:
+            reading.error = f"{label}: {err}"
+            return reading
+        except UnicodeDecodeError:
+            reading.error = f"{label}: the job's result {location.object_uri(RESULT_OBJECT)} is not UTF-8 text"
+            return reading
+        try:
+            reading.result = Published(RESULT_OK, text, "", "", False).result()
+            reading.has_result = True
+        except ResultError as err:
+            reading.error = f"{label}: {err}"
+    elif published.has_result:  # not staged (the storage failed), or published in the comment only
+        try:
+            reading.result, reading.has_result = published.result(), True
+        except ResultError as err:
+            reading.error = f"{label}: its result was not staged ({report.error}), and {err}"
+            return reading
+        if report.result_lost:
+            reading.log.append(f"{label}: its result was not staged; the copy in its Slurm comment is used")
+    elif report.result_lost:
+        reading.error = f"{label}: its result was not staged ({report.error}), so it cannot be read"
+    return reading

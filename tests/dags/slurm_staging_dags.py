@@ -1,0 +1,68 @@
+"""DAGs of the staging scenarios (tests/real_slurm/test_scenarios_staging.py), on the emulator and real Slurm.
+
+Each DAG has one task, ``train``, waiting in the worker (``<dag>_sync``) or deferred (``<dag>_deferred``). The
+run's conf gives the cluster's working directory, the staging location (``staging``) and where the job finds
+the metadata server and Cloud Storage (``metadata``, ``storage``: on a real node, its own metadata server and
+storage.googleapis.com; in the tests, the emulator's stand-in and fake-gcs-server).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from airflow.providers.common.compat.sdk import DAG
+
+from airflow_provider_slurmapi.operators.slurmapi import SlurmSubmitJobOperator
+
+DAGS: dict[str, DAG] = {}
+LINES = 3000  # each ~60 bytes: ~180 KB of output, far past what a Slurm comment holds
+RESULT_ITEMS = 5000  # a result of ~200 KB
+TAIL = 200
+SCRIPTS = {
+    # Much output on both streams, then a large result.
+    "staging_large": (
+        "#!/bin/bash\n"
+        f'for i in $(seq 1 {LINES}); do printf "line %06d of the training log, loss=0.%06d\\n" "$i" "$i"; done\n'
+        'echo "warning: stderr line" >&2\n'
+        'python3 -c \'import json, os; json.dump({"metrics": [{"step": i, "loss": 1 / (i + 1)} '
+        f'for i in range({RESULT_ITEMS})]}}, open(os.environ["SLURMAPI_RETURN_FILE"], "w"))\'\n'
+    ),
+    # A failed job: its error quotes the last lines of its stderr, read from the staged output.
+    "staging_failure": (
+        "#!/bin/sh\n"
+        f'i=0; while [ $i -lt {LINES} ]; do echo "stderr line $i" >&2; i=$((i + 1)); done\n'
+        "echo last-words-of-the-job >&2\nexit 3\n"
+    ),
+    # A small result, with the storage refusing every request while the job runs (the test arms it).
+    "staging_small": '#!/bin/sh\necho hello\necho \'{"ok": 1}\' > "$SLURMAPI_RETURN_FILE"\n',
+}
+SEPARATE = {"staging_large", "staging_failure"}
+
+for name, script in SCRIPTS.items():
+    for mode in ("sync", "deferred"):
+        dag_id = f"{name}_{mode}"
+        with DAG(
+            dag_id=dag_id,
+            schedule=None,
+            start_date=datetime(2026, 1, 1),
+            catchup=False,
+            params={"cwd": "/home/tester", "staging": "", "metadata": "", "storage": ""},
+            render_template_as_native_obj=True,
+        ) as dag:
+            SlurmSubmitJobOperator(
+                task_id="train",
+                script=script,
+                current_working_directory="{{ params.cwd }}",
+                standard_output="out-%j.txt" if name in SEPARATE else None,
+                standard_error="err-%j.txt" if name in SEPARATE else None,
+                environment={
+                    "GCE_METADATA_HOST": "{{ params.metadata }}",
+                    "STORAGE_EMULATOR_HOST": "{{ params.storage }}",
+                },
+                staging_uri="{{ params.staging }}",
+                output_interval=1,
+                output_tail_lines=TAIL,
+                poll_interval=0.5,
+                deferrable=mode == "deferred",
+            )
+        DAGS[dag_id] = dag

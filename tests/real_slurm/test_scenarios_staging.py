@@ -1,0 +1,128 @@
+"""Full output and large results through Cloud Storage (``staging_uri``), on the emulator and real Slurm.
+
+The job's wrapper uploads its output as it runs and its result at its end, with a token from the node's
+metadata server (the emulator's stand-in) to Cloud Storage (fake-gcs-server, a real third-party server, behind
+a proxy that can answer 503); Airflow reads them back with google-cloud-storage and the connection's
+credentials. Same test code on both backends (``backends.py``), waiting in the worker and deferred.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+import pytest
+from backends import Backend
+
+from airflow_provider_slurmapi.api import storage as staged
+from airflow_provider_slurmapi.api.staging import StagedReport, StagingLocation, parse_chunk
+from tests.fixtures import dag_file
+from tests.harness.storage import STAGING_BUCKET, FakeGcs
+
+pytestmark = [pytest.mark.usefixtures("airflow_db"), pytest.mark.timeout(900)]
+MODES = ["sync", "deferred"]
+DAGS_MODULE = dag_file("slurm_staging_dags")
+DAGS = DAGS_MODULE.DAGS
+
+
+def run(
+    backend: Backend, fake_gcs: FakeGcs, monkeypatch, capfd, dag_id: str, prefix: str, job_storage: str = ""
+) -> tuple[Any, str]:
+    backend.connect(monkeypatch)
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", fake_gcs.url)  # where Airflow's google-cloud-storage reads
+    capfd.readouterr()
+    conf = {
+        "cwd": backend.cwd,
+        "staging": f"gs://{STAGING_BUCKET}/{prefix}",
+        "metadata": backend.emu.metadata_host,
+        "storage": job_storage or fake_gcs.url,
+    }
+    dag_run = DAGS[dag_id].test(run_conf=conf)
+    (ti,) = [ti for ti in dag_run.get_task_instances() if ti.task_id == "train"]
+    out, err = capfd.readouterr()
+    return ti, out + err
+
+
+def state(ti) -> str:
+    return str(ti.state).rsplit(".", 1)[-1].lower()
+
+
+def staged_stream(fake_gcs: FakeGcs, job_prefix: str, stream: str) -> bytes:
+    """A stream as staged: its chunks in order, each starting where the one before ended."""
+    names = sorted(n for n in fake_gcs.objects(STAGING_BUCKET, job_prefix + "/") if n.count("/") >= 1)
+    data = b""
+    for name in names:
+        parsed = parse_chunk(name[len(job_prefix) + 1 :])
+        if parsed is None or parsed[0] != stream:
+            continue
+        assert parsed[1] == len(data), f"{name}: a gap or an overlap in the staged {stream}"
+        data += fake_gcs.read(STAGING_BUCKET, name)
+    return data
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_the_whole_output_and_a_200_kb_result_come_through_staging(backend, fake_gcs, monkeypatch, capfd, mode):
+    ti, log = run(backend, fake_gcs, monkeypatch, capfd, f"staging_large_{mode}", f"large-{mode}")
+    assert state(ti) == "success", log[-3000:]
+    job_id = ti.xcom_pull(task_ids="train")
+    result = ti.xcom_pull(task_ids="train", key="slurm_result")
+    assert len(result["metrics"]) == DAGS_MODULE.RESULT_ITEMS and result["metrics"][1] == {"step": 1, "loss": 0.5}
+    assert len(json.dumps(result)) > 200_000
+
+    uri = ti.xcom_pull(task_ids="train", key="slurm_output_uri")
+    assert uri.startswith(f"gs://{STAGING_BUCKET}/large-{mode}/") and uri.endswith(f"/{job_id}/run-0")
+    job_prefix = uri.removeprefix(f"gs://{STAGING_BUCKET}/")
+    stdout = staged_stream(fake_gcs, job_prefix, "stdout").decode()
+    lines = stdout.splitlines()
+    assert len(lines) == DAGS_MODULE.LINES and lines[-1].startswith(f"line {DAGS_MODULE.LINES:06d} ")
+    assert staged_stream(fake_gcs, job_prefix, "stderr") == b"warning: stderr line\n"
+    # the task log shows the last output_tail_lines lines, far past a Slurm comment's 1 KB
+    assert lines[-1] in log and lines[-DAGS_MODULE.TAIL] in log and lines[-DAGS_MODULE.TAIL - 1] not in log
+    assert f"Slurm job {job_id} stdout, last {DAGS_MODULE.TAIL} lines" in log
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_failed_jobs_error_quotes_its_staged_stderr(backend, fake_gcs, monkeypatch, capfd, mode):
+    ti, log = run(backend, fake_gcs, monkeypatch, capfd, f"staging_failure_{mode}", f"failure-{mode}")
+    assert state(ti) == "failed", log[-3000:]
+    assert "Last lines of its stderr:" in log and "last-words-of-the-job" in log
+    assert f"stderr line {DAGS_MODULE.LINES - 1}" in log
+
+
+def test_storage_refusing_every_request_during_the_run_loses_nothing_the_comment_holds(
+    backend, fake_gcs, monkeypatch, capfd
+):
+    """The job completes and the task succeeds with the result its comment carries; the log says what the
+    storage lost and why. (The job reaches the storage through a second proxy that answers 503 to all.)"""
+    with FakeGcs() as refusing:
+        refusing.fail_next(10**6)
+        ti, log = run(backend, fake_gcs, monkeypatch, capfd, "staging_small_sync", "refused", refusing.url)
+    assert state(ti) == "success", log[-3000:]
+    assert ti.xcom_pull(task_ids="train", key="slurm_result") == {"ok": 1}
+    assert "could not stage the last 6 of the 6 bytes of its stdout, its result in gs://" in log, log[-3000:]
+    assert "HTTP 503" in log and "its result was not staged; the copy in its Slurm comment is used" in log
+    assert fake_gcs.objects(STAGING_BUCKET, "refused/") == {}
+
+
+def test_a_staged_result_altered_after_the_job_wrote_it_is_refused(fake_gcs, monkeypatch):
+    """What the reader checks: the size and SHA-256 the job published, against the object as it is now."""
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", fake_gcs.url)
+    from google.auth.credentials import AnonymousCredentials
+
+    client = staged.storage_client(AnonymousCredentials(), "demo-project")
+    location = StagingLocation.parse(f"gs://{STAGING_BUCKET}/altered").for_task("d", "t", "r", -1, 1).for_job("7")
+    name = location.object_name("result.json")
+    data = b'{"val_acc": 0.93}'
+    report = StagedReport(result=(len(data), hashlib.sha256(data).hexdigest()))
+    fake_gcs.write(STAGING_BUCKET, name, data)
+    assert staged.read_result(client, location, report, 1000) == data
+
+    fake_gcs.write(STAGING_BUCKET, name, b'{"val_acc": 0.99}')  # same size, other bytes
+    with pytest.raises(staged.StagedReadError, match="altered after the job wrote it"):
+        staged.read_result(client, location, report, 1000)
+    fake_gcs.write(STAGING_BUCKET, name, b'{"val_acc": 0.999, "ckpt": "gs://mallory/x"}')
+    with pytest.raises(staged.StagedReadError, match="replaced after the job wrote it"):
+        staged.read_result(client, location, report, 1000)
+    with pytest.raises(staged.StagedReadError, match=f"more than max_result_bytes=10.*{name}|{name}.*max_result"):
+        staged.read_result(client, location, report, 10)
