@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -169,3 +171,33 @@ def test_without_staging_the_wrapper_is_what_it_was():
         "#!/bin/sh\necho hi\n", "airflow-ti:d/t/r/-1 try:1", staging=StagingLocation.parse("gs://bkt/p"), try_number=3
     )
     assert "slurmapi3" in staged and "__sa_stage_end" in staged and "try=3;" in staged and "'bkt'" in staged
+
+
+def test_the_connections_staging_uri_is_checked_naming_the_connection_and_the_field():
+    from airflow_provider_slurmapi.api.connection import settings_from_extra
+
+    cluster = {"project_id": "p", "region": "us-central1", "cluster_id": "c"}
+    assert settings_from_extra(cluster).staging is None
+    settings = settings_from_extra({**cluster, "staging_uri": "gs://my-staging/airflow/"}, "train")
+    assert settings.staging == StagingLocation("my-staging", "airflow")
+    with pytest.raises(SlurmJobSpecError, match="connection 'train' field staging_uri: bucket 'Bad'"):
+        settings_from_extra({**cluster, "staging_uri": "gs://Bad/x"}, "train")
+
+
+def test_the_operators_staging_arguments_are_checked_when_the_dag_is_parsed():
+    from airflow_provider_slurmapi.operators.slurmapi import SlurmSubmitJobOperator
+
+    base: dict[str, Any] = {"task_id": "t", "script": "#!/bin/sh\ntrue\n"}
+    op = SlurmSubmitJobOperator(**base, staging_uri="", output_interval=5, max_result_bytes=2**20)
+    assert op.staging_location() is None  # "": off for this task, whatever the connection says
+    assert SlurmSubmitJobOperator(**base, staging_uri="gs://bkt/p").staging_location() == StagingLocation("bkt", "p")
+    for bad, words in (
+        ({"output_interval": 0}, "output_interval"),
+        ({"output_interval": 1.5}, "output_interval"),
+        ({"max_result_bytes": 0}, "max_result_bytes"),
+        ({"max_result_bytes": True}, "max_result_bytes"),
+    ):
+        with pytest.raises(SlurmJobSpecError, match=words):
+            SlurmSubmitJobOperator(**base, **bad)
+    with pytest.raises(SlurmJobSpecError, match="staging_uri"):
+        SlurmSubmitJobOperator(**base, staging_uri="s3://bkt").staging_location()
