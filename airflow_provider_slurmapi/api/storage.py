@@ -259,3 +259,42 @@ def _read_staged_one(
     elif report.result_lost:
         reading.error = f"{label}: its result was not staged ({report.error}), so it cannot be read"
     return reading
+
+
+class OutputFollower:
+    """Follows one job's staged output while it runs: each :meth:`poll` reads what is new (one listing,
+    then only the chunks past what was read) and returns its complete lines, each once, in order.
+
+    ``location_of(run)`` is the prefix of the job's run ``run`` (Slurm's restart count): when the job is
+    requeued, the follower starts on the new run's output, saying so. Blocking: the trigger calls it in a
+    worker thread."""
+
+    def __init__(self, client: Any, location_of: Callable[[int], StagingLocation]) -> None:
+        self.client = client
+        self.location_of = location_of
+        self.run: int | None = None
+        self.cursor = StreamCursor()
+        self.partial: dict[str, bytes] = {}
+
+    def poll(self, run: int) -> list[tuple[str, str]]:
+        """``(stream, line)`` of every line completed since the last poll (a line still being written
+        waits for its end, or for :meth:`flush`)."""
+        found: list[tuple[str, str]] = []
+        if run != self.run:
+            if self.run is not None:
+                found.extend(self.flush())
+                found.append(("", f"the job was requeued: the output of its run {run} follows"))
+            self.run, self.cursor, self.partial = run, StreamCursor(), {}
+        for stream, data in read_new(self.client, self.location_of(run), self.cursor).items():
+            text = self.partial.pop(stream, b"") + data
+            *complete, rest = text.split(b"\n")
+            if rest:
+                self.partial[stream] = rest
+            found.extend((stream, line.decode("utf-8", "replace")) for line in complete)
+        return found
+
+    def flush(self) -> list[tuple[str, str]]:
+        """The lines still held without their end."""
+        held = [(stream, data.decode("utf-8", "replace")) for stream, data in self.partial.items() if data]
+        self.partial = {}
+        return held

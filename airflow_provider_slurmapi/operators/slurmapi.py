@@ -19,7 +19,7 @@ from __future__ import annotations
 import re
 import time
 import unicodedata
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import timedelta
 from typing import Any
 
@@ -44,11 +44,12 @@ from airflow_provider_slurmapi.api.errors import (
 from airflow_provider_slurmapi.api.identity import (
     TaskIdentity,
     TaskTry,
+    split_comment,
     tagged_comment,
     task_instance_tag,
 )
 from airflow_provider_slurmapi.api.job_event import FAILED, SUCCESS, TIMEOUT, JobEvent
-from airflow_provider_slurmapi.api.jobs import SlurmJob
+from airflow_provider_slurmapi.api.jobs import SlurmArrayJob, SlurmJob
 from airflow_provider_slurmapi.api.spec import JobSpec
 from airflow_provider_slurmapi.api.staging import StagingLocation
 from airflow_provider_slurmapi.api.watch import failure_error, outcome_text
@@ -477,10 +478,40 @@ class SlurmSubmitJobOperator(SlurmApiHookMixin, BaseOperator):
 
     def _wait(self, context: Any, hook: SlurmJobApiHook, job_id: int) -> int:
         try:
-            job = hook.wait_for_job(job_id, poll_interval=self.poll_interval)
+            job = hook.wait_for_job(job_id, poll_interval=self.poll_interval, on_poll=self._follower(context))
         except SlurmJobApiError as err:
             raise _fail(err, retry_on_job_failure=self.retry_on_job_failure) from None
         return self._finish(context, job)
+
+    def _follower(self, context: Any) -> Callable[[SlurmJob], None] | None:
+        """With staging, what prints a running job's new output lines in the task log at each poll (a
+        single job; an array's tasks show their output when they end)."""
+        location = self.staging_location() if self.publish_results else None
+        if location is None:
+            return None
+        follower: storage.OutputFollower | None = None
+
+        def follow(job: SlurmJob) -> None:
+            nonlocal follower
+            if isinstance(job, SlurmArrayJob) or job.start_time is None:
+                return
+            if follower is None:
+                submitter = split_comment(job.comment)[1] or self.task_try(context).number
+                base = self._for_try(context, location, submitter)
+                follower = storage.OutputFollower(
+                    self.hook.storage_client(), lambda run: base.for_job(job.display_id, run)
+                )
+            try:
+                lines = follower.poll(job.restart_count)
+                if job.state.is_terminal:
+                    lines += follower.flush()
+            except Exception as err:  # the storage's fault: the wait goes on, the end reads again
+                self.log.warning("Could not read Slurm job %s's staged output: %s", job.display_id, err)
+                return
+            for stream, line in lines:
+                self.log.info("%s", redact(f"[{job.display_id} {stream}] {line}" if stream else line))
+
+        return follow
 
     def _finish(self, context: Any, job: SlurmJob) -> int:
         summary = job.summary()

@@ -18,6 +18,7 @@ DAGS: dict[str, DAG] = {}
 LINES = 3000  # each ~60 bytes: ~180 KB of output, far past what a Slurm comment holds
 RESULT_ITEMS = 5000  # a result of ~200 KB
 TAIL = 200
+LIVE_MARKER = "live-line-3b9e"
 SCRIPTS = {
     # Much output on both streams, then a large result.
     "staging_large": (
@@ -33,6 +34,8 @@ SCRIPTS = {
         f'i=0; while [ $i -lt {LINES} ]; do echo "stderr line $i" >&2; i=$((i + 1)); done\n'
         "echo last-words-of-the-job >&2\nexit 3\n"
     ),
+    # A line, then a while before the job ends: the line is in the task log before the end.
+    "staging_live": f"#!/bin/sh\necho {LIVE_MARKER}\nsleep 8\necho done\n",
     # A small result, with the storage refusing every request while the job runs (the test arms it).
     "staging_small": '#!/bin/sh\necho hello\necho \'{"ok": 1}\' > "$SLURMAPI_RETURN_FILE"\n',
 }

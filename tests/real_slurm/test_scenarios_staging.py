@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
+from datetime import datetime, timezone
 from typing import Any
 
 import pytest
@@ -77,9 +79,15 @@ def test_the_whole_output_and_a_200_kb_result_come_through_staging(backend, fake
     lines = stdout.splitlines()
     assert len(lines) == DAGS_MODULE.LINES and lines[-1].startswith(f"line {DAGS_MODULE.LINES:06d} ")
     assert staged_stream(fake_gcs, job_prefix, "stderr") == b"warning: stderr line\n"
-    # the task log shows the last output_tail_lines lines, far past a Slurm comment's 1 KB
-    assert lines[-1] in log and lines[-DAGS_MODULE.TAIL] in log and lines[-DAGS_MODULE.TAIL - 1] not in log
-    assert f"Slurm job {job_id} stdout, last {DAGS_MODULE.TAIL} lines" in log
+    # the task log ends with the last output_tail_lines lines, far past a Slurm comment's 1 KB
+    tail = "\n".join(lines[-DAGS_MODULE.TAIL : -1])
+    assert f"Slurm job {job_id} stdout, last {DAGS_MODULE.TAIL} lines:\n{tail}\n{lines[-1]}" in log.replace(
+        f"{lines[-1]} [",
+        f"{lines[-1]}\n[",  # Airflow 3's console log puts the logger's name after the text
+    ), log[-2000:]
+    if mode == "sync":  # waiting in the worker, every line reached the log as the job printed it, once
+        streamed = re.findall(rf"\[{job_id} stdout\] (line \d+) ", log)
+        assert len(set(streamed)) == DAGS_MODULE.LINES, len(set(streamed))
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -88,6 +96,31 @@ def test_a_failed_jobs_error_quotes_its_staged_stderr(backend, fake_gcs, monkeyp
     assert state(ti) == "failed", log[-3000:]
     assert "Last lines of its stderr:" in log and "last-words-of-the-job" in log
     assert f"stderr line {DAGS_MODULE.LINES - 1}" in log
+
+
+def log_time(line: str) -> datetime | None:
+    """When a log line was written (UTC, the machine's zone): Airflow 3's ``2026-12-06T23:47:23.711861Z
+    [info ...`` or 2.11's ``[2026-12-07 00:00:20,379] {...}``; None for a line without a time."""
+    found = re.search(r"(\d{4}-\d\d-\d\d)[T ](\d\d:\d\d:\d\d)(?:[.,](\d+))?", line)
+    if found is None:
+        return None
+    stamp = datetime.fromisoformat(f"{found.group(1)}T{found.group(2)}")
+    return stamp.replace(microsecond=int((found.group(3) or "0").ljust(6, "0")[:6]), tzinfo=timezone.utc)
+
+
+def test_a_running_jobs_output_reaches_the_task_log_before_it_ends(backend, fake_gcs, monkeypatch, capfd):
+    """Waiting in the worker: each poll prints the lines the job staged since the last one."""
+    ti, log = run(backend, fake_gcs, monkeypatch, capfd, "staging_live_sync", "live")
+    assert state(ti) == "success", log[-3000:]
+    job_id = ti.xcom_pull(task_ids="train")
+    ended = datetime.fromisoformat(ti.xcom_pull(task_ids="train", key="slurm_job")["end_time"])
+    # (Airflow 2.11's dag.test() prints each log record twice, with the same time)
+    timed = [(log_time(line), line) for line in log.splitlines()]
+    streamed = {at for at, line in timed if at and f"[{job_id} stdout] {DAGS_MODULE.LIVE_MARKER}" in line}
+    done = {at for at, line in timed if at and f"[{job_id} stdout] done" in line}
+    assert len(streamed) == 1 and len(done) == 1, log[-3000:]  # each line once
+    # the job sleeps 8 s after the line: it was in the log seconds before the job ended
+    assert (ended - streamed.pop()).total_seconds() > 3, ended
 
 
 def test_storage_refusing_every_request_during_the_run_loses_nothing_the_comment_holds(
