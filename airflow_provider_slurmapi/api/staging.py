@@ -73,13 +73,25 @@ class StagingLocation:
         _check_prefix(prefix, field)
         return cls(bucket, prefix)
 
+    @classmethod
+    def of(cls, uri: str) -> StagingLocation:
+        """A location this provider made (``uri``), read back without the user-facing checks: a task
+        instance's prefix may be longer than the prefix a user may give."""
+        bucket, _, prefix = uri.removeprefix(SCHEME).partition("/")
+        return cls(bucket, prefix.strip("/"))
+
     @property
     def uri(self) -> str:
         return f"{SCHEME}{self.bucket}/{self.prefix}".rstrip("/")
 
     def for_task(self, dag_id: str, task_id: str, run_id: str, map_index: int, try_number: int) -> StagingLocation:
         """The prefix of one try of one task instance, under which each of its jobs adds its own id."""
-        parts = [_component(dag_id), _component(task_id), _component(run_id), str(int(map_index)), f"try-{try_number}"]
+        instance = self.for_task_instance(dag_id, task_id, run_id, map_index)
+        return StagingLocation(self.bucket, f"{instance.prefix}/try-{int(try_number)}")
+
+    def for_task_instance(self, dag_id: str, task_id: str, run_id: str, map_index: int) -> StagingLocation:
+        """The prefix of a task instance, whose tries' prefixes are below it (``try-<n>``)."""
+        parts = [_component(dag_id), _component(task_id), _component(run_id), str(int(map_index))]
         return StagingLocation(self.bucket, "/".join(p for p in (self.prefix, *parts) if p))
 
     def for_job(self, job: str, run: int = 0) -> StagingLocation:

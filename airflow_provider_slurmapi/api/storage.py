@@ -12,6 +12,7 @@ writer to the bucket cannot swap it.
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -262,30 +263,43 @@ def _read_staged_one(
 
 
 class OutputFollower:
-    """Follows one job's staged output while it runs: each :meth:`poll` reads what is new (one listing,
-    then only the chunks past what was read) and returns its complete lines, each once, in order.
+    """Follows one job's staged output while it runs: each :meth:`poll` makes one listing of the task
+    instance's prefix, finds the job's newest run there (whichever try submitted it; a requeued job
+    writes a new run), reads only the chunks past what was read, and returns the complete lines, each
+    once, in order. Blocking: the trigger calls it in a worker thread."""
 
-    ``location_of(run)`` is the prefix of the job's run ``run`` (Slurm's restart count): when the job is
-    requeued, the follower starts on the new run's output, saying so. Blocking: the trigger calls it in a
-    worker thread."""
-
-    def __init__(self, client: Any, location_of: Callable[[int], StagingLocation]) -> None:
+    def __init__(self, client: Any, task_instance: StagingLocation, job: str) -> None:
         self.client = client
-        self.location_of = location_of
-        self.run: int | None = None
+        self.task_instance = task_instance
+        self.job = job
+        self._names = re.compile(rf"try-([0-9]+)/{re.escape(job)}/run-([0-9]+)/(.+)")
+        self.current: tuple[int, int] | None = None
         self.cursor = StreamCursor()
         self.partial: dict[str, bytes] = {}
 
-    def poll(self, run: int) -> list[tuple[str, str]]:
+    def poll(self) -> list[tuple[str, str]]:
         """``(stream, line)`` of every line completed since the last poll (a line still being written
-        waits for its end, or for :meth:`flush`)."""
+        waits for its end, or for :meth:`flush`); ``("", note)`` when the job moved on to a new run."""
+        prefix = self.task_instance.object_name("")
+        runs: dict[tuple[int, int], dict[str, list[Chunk]]] = {}
+        for blob in self.client.list_blobs(self.task_instance.bucket, prefix=prefix):
+            named = self._names.fullmatch(blob.name[len(prefix) :])
+            parsed = parse_chunk(named.group(3)) if named else None
+            if named is None or parsed is None:
+                continue
+            streams = runs.setdefault((int(named.group(1)), int(named.group(2))), {s: [] for s in STREAMS})
+            streams[parsed[0]].append(Chunk(parsed[0], parsed[1], int(blob.size or 0), blob.name))
+        if not runs:
+            return []
+        newest = max(runs, key=lambda key: (key[1], key[0]))
         found: list[tuple[str, str]] = []
-        if run != self.run:
-            if self.run is not None:
+        if newest != self.current:
+            if self.current is not None:
                 found.extend(self.flush())
-                found.append(("", f"the job was requeued: the output of its run {run} follows"))
-            self.run, self.cursor, self.partial = run, StreamCursor(), {}
-        for stream, data in read_new(self.client, self.location_of(run), self.cursor).items():
+                found.append(("", f"Slurm job {self.job} was requeued: the output of its run {newest[1]} follows"))
+            self.current, self.cursor, self.partial = newest, StreamCursor(), {}
+        listed = {stream: sorted(items, key=lambda c: c.offset) for stream, items in runs[newest].items()}
+        for stream, data in read_new(self.client, self.task_instance, self.cursor, listed).items():
             text = self.partial.pop(stream, b"") + data
             *complete, rest = text.split(b"\n")
             if rest:

@@ -44,7 +44,6 @@ from airflow_provider_slurmapi.api.errors import (
 from airflow_provider_slurmapi.api.identity import (
     TaskIdentity,
     TaskTry,
-    split_comment,
     tagged_comment,
     task_instance_tag,
 )
@@ -472,6 +471,7 @@ class SlurmSubmitJobOperator(SlurmApiHookMixin, BaseOperator):
                 deadline=self._deadline(context),
                 cancel_on_kill=self.cancel_on_kill,
                 read_results=self.publish_results,
+                staging_uri=staged.uri if (staged := self._task_instance_staging(context)) else None,
             ),
             method_name="execute_complete",
         )
@@ -486,7 +486,7 @@ class SlurmSubmitJobOperator(SlurmApiHookMixin, BaseOperator):
     def _follower(self, context: Any) -> Callable[[SlurmJob], None] | None:
         """With staging, what prints a running job's new output lines in the task log at each poll (a
         single job; an array's tasks show their output when they end)."""
-        location = self.staging_location() if self.publish_results else None
+        location = self._task_instance_staging(context)
         if location is None:
             return None
         follower: storage.OutputFollower | None = None
@@ -496,15 +496,9 @@ class SlurmSubmitJobOperator(SlurmApiHookMixin, BaseOperator):
             if isinstance(job, SlurmArrayJob) or job.start_time is None:
                 return
             if follower is None:
-                submitter = split_comment(job.comment)[1] or self.task_try(context).number
-                base = self._for_try(context, location, submitter)
-                follower = storage.OutputFollower(
-                    self.hook.storage_client(), lambda run: base.for_job(job.display_id, run)
-                )
+                follower = storage.OutputFollower(self.hook.storage_client(), location, job.display_id)
             try:
-                lines = follower.poll(job.restart_count)
-                if job.state.is_terminal:
-                    lines += follower.flush()
+                lines = follower.poll() + (follower.flush() if job.state.is_terminal else [])
             except Exception as err:  # the storage's fault: the wait goes on, the end reads again
                 self.log.warning("Could not read Slurm job %s's staged output: %s", job.display_id, err)
                 return
@@ -512,6 +506,15 @@ class SlurmSubmitJobOperator(SlurmApiHookMixin, BaseOperator):
                 self.log.info("%s", redact(f"[{job.display_id} {stream}] {line}" if stream else line))
 
         return follow
+
+    def _task_instance_staging(self, context: Any) -> StagingLocation | None:
+        """With staging, the prefix of this task instance (its tries' and jobs' prefixes are below it)."""
+        location = self.staging_location() if self.publish_results else None
+        if location is None:
+            return None
+        ti = context["ti"]
+        map_index = getattr(ti, "map_index", -1)
+        return location.for_task_instance(ti.dag_id, ti.task_id, ti.run_id, -1 if map_index is None else map_index)
 
     def _finish(self, context: Any, job: SlurmJob) -> int:
         summary = job.summary()

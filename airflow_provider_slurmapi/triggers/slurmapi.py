@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncGenerator, AsyncIterator, Coroutine, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Coroutine, Sequence
 from typing import Any
 
+from airflow.providers.common.compat.sdk import redact
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-from airflow_provider_slurmapi.api import checks, versions
+from airflow_provider_slurmapi.api import checks, storage, versions
 from airflow_provider_slurmapi.api.errors import SlurmJobApiError, SlurmJobSpecError
 from airflow_provider_slurmapi.api.fields import DEFAULT_CONN_ID
 from airflow_provider_slurmapi.api.job_event import ERROR, REACHED, TIMEOUT, JobEvent
 from airflow_provider_slurmapi.api.jobs import SlurmArrayJob, SlurmJob
+from airflow_provider_slurmapi.api.staging import StagingLocation
 from airflow_provider_slurmapi.api.states import DEFAULT_ERROR_BUDGET
 from airflow_provider_slurmapi.api.watch import UNKNOWN_JOB_GRACE, JobWatch, WaitDeadline, within
 from airflow_provider_slurmapi.hooks.slurmapi import SlurmJobApiHook
@@ -47,6 +49,9 @@ class SlurmJobTrigger(BaseTrigger):
     :param read_results: the job publishes its result in its comment (the operator's ``publish_results``):
         its final record is read from the active queue when accounting lacks the comment (it keeps none by
         default; the shared poller reads all such jobs of a tick with one call) (default False).
+    :param staging_uri: the task instance's staging prefix (the operator's, with ``staging_uri`` set):
+        while the job runs, each poll logs the lines it staged since the last one (one listing of that
+        prefix, then only the new chunks, read in a worker thread; no Slurm call). None: nothing is read.
 
     The event's payload: ``status`` (success, failed, reached, timeout, error), ``job_id``, ``message``
     and ``job`` (the job summary, when one was read). An array's id waits for every task: ``job`` is the
@@ -66,6 +71,7 @@ class SlurmJobTrigger(BaseTrigger):
         cancel_on_kill: bool = False,
         unknown_job_grace: float = UNKNOWN_JOB_GRACE,
         read_results: bool = False,
+        staging_uri: str | None = None,
     ) -> None:
         super().__init__()
         self.job_id = job_id
@@ -78,6 +84,7 @@ class SlurmJobTrigger(BaseTrigger):
         self.coalesce = bool(coalesce)
         self.cancel_on_kill = bool(cancel_on_kill)
         self.read_results = bool(read_results)
+        self.staging_uri = staging_uri or None
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
@@ -93,6 +100,7 @@ class SlurmJobTrigger(BaseTrigger):
                 "cancel_on_kill": self.cancel_on_kill,
                 "unknown_job_grace": self.unknown_job_grace,
                 "read_results": self.read_results,
+                "staging_uri": self.staging_uri,
             },
         )
 
@@ -122,7 +130,8 @@ class SlurmJobTrigger(BaseTrigger):
             poller = SharedJobPoller.get(conn_key, self.poll_interval, hook.async_client)
         else:  # a poller of its own: the same wait, with one subscriber
             poller = SharedJobPoller.alone(self.poll_interval, hook.async_client())
-        waiting = self._wait(poller, job_id)
+        follow = self._follower(hook, job_id)
+        waiting = self._wait(poller, job_id, follow)
         try:
             async for event in waiting:
                 yield event
@@ -196,7 +205,33 @@ class SlurmJobTrigger(BaseTrigger):
     def _watch(self) -> JobWatch:
         return JobWatch(self.job_id, error_budget=self.error_budget, unknown_job_grace=self.unknown_job_grace)
 
-    async def _wait(self, poller: SharedJobPoller, job_id: str) -> AsyncGenerator[TriggerEvent, None]:
+    def _follower(self, hook: SlurmJobApiHook, job_id: str) -> Callable[[bool], Awaitable[None]] | None:
+        """With ``staging_uri``, what logs the job's newly staged output lines (``True``: the job ended)."""
+        if self.staging_uri is None or not job_id.isdigit():  # an array's tasks: their output at the end
+            return None
+        follower: storage.OutputFollower | None = None
+
+        def lines(ended: bool) -> list[tuple[str, str]]:
+            nonlocal follower
+            if follower is None:
+                location = StagingLocation.of(self.staging_uri or "")
+                follower = storage.OutputFollower(hook.storage_client(), location, job_id)
+            return follower.poll() + (follower.flush() if ended else [])
+
+        async def follow(ended: bool) -> None:
+            try:
+                found = await asyncio.to_thread(lines, ended)
+            except Exception as err:  # the storage's fault: the wait goes on, the task reads again at the end
+                self.log.warning("Could not read Slurm job %s's staged output: %s", job_id, err)
+                return
+            for stream, line in found:
+                self.log.info("%s", redact(f"[{job_id} {stream}] {line}" if stream else line))
+
+        return follow
+
+    async def _wait(
+        self, poller: SharedJobPoller, job_id: str, follow: Callable[[bool], Awaitable[None]] | None = None
+    ) -> AsyncGenerator[TriggerEvent, None]:
         """The one wait loop: follow the job on ``poller`` (this event loop's shared poller for the
         cluster, one batched call per tick for all; or a poller of this trigger's own) until it ends.
 
@@ -206,16 +241,25 @@ class SlurmJobTrigger(BaseTrigger):
         targets = set(self.target_states or ())
         state = "unknown"
         queue = poller.subscribe(job_id, published=self.read_results)
+        running = False  # the job has started and not ended: its output is followed every poll_interval
         try:
             while True:
                 remaining = deadline.remaining()
+                wait = remaining
+                if follow is not None and running:  # the poller wakes us on a change only
+                    wait = self.poll_interval if wait is None else min(wait, self.poll_interval)
                 try:
-                    seen = await within(remaining, queue.get()) if remaining is not None else await queue.get()
+                    seen = await within(wait, queue.get()) if wait is not None else await queue.get()
                 except asyncio.TimeoutError:
+                    if follow is not None and running and not deadline.passed():
+                        await follow(False)
+                        continue
                     yield self._event(TIMEOUT, f"Slurm job {self.job_id} still {state} at the deadline")
                     return
                 error = seen.error
                 if seen.state is not None:
+                    running = not seen.unrecorded and seen.state.base not in _NOT_STARTED
+                    running = running and not seen.state.is_terminal
                     state = str(seen.state) if not seen.unrecorded else "unknown"
                     # An array comes whole on every tick: log its tasks' progress, not a bare state.
                     whole = seen.job if isinstance(seen.job, SlurmArrayJob) else None
@@ -230,6 +274,8 @@ class SlurmJobTrigger(BaseTrigger):
                         return
                     for line in lines:
                         self.log.info(line)
+                    if follow is not None and not seen.unrecorded and seen.state.base not in _NOT_STARTED:
+                        await follow(seen.state.is_terminal)
                     if not seen.unrecorded and (seen.state.is_terminal or seen.state.base in targets):
                         try:
                             job = seen.job if seen.job is not None else await poller.fetch(job_id)
@@ -249,6 +295,9 @@ class SlurmJobTrigger(BaseTrigger):
         finally:
             await poller.unsubscribe(job_id, queue)
 
+
+# States in which a job has not run yet: nothing to read of its output.
+_NOT_STARTED = frozenset({"PENDING", "CONFIGURING"})
 
 # Cancels (of Slurm jobs) still going on after the trigger that started them was interrupted.
 _BACKGROUND: set[asyncio.Task[None]] = set()

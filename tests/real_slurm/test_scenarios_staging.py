@@ -85,9 +85,9 @@ def test_the_whole_output_and_a_200_kb_result_come_through_staging(backend, fake
         f"{lines[-1]} [",
         f"{lines[-1]}\n[",  # Airflow 3's console log puts the logger's name after the text
     ), log[-2000:]
-    if mode == "sync":  # waiting in the worker, every line reached the log as the job printed it, once
-        streamed = re.findall(rf"\[{job_id} stdout\] (line \d+) ", log)
-        assert len(set(streamed)) == DAGS_MODULE.LINES, len(set(streamed))
+    # every line reached the log as the job printed it, once
+    streamed = re.findall(rf"\[{job_id} stdout\] (line \d+) ", log)
+    assert len(set(streamed)) == DAGS_MODULE.LINES, len(set(streamed))
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -108,9 +108,10 @@ def log_time(line: str) -> datetime | None:
     return stamp.replace(microsecond=int((found.group(3) or "0").ljust(6, "0")[:6]), tzinfo=timezone.utc)
 
 
-def test_a_running_jobs_output_reaches_the_task_log_before_it_ends(backend, fake_gcs, monkeypatch, capfd):
-    """Waiting in the worker: each poll prints the lines the job staged since the last one."""
-    ti, log = run(backend, fake_gcs, monkeypatch, capfd, "staging_live_sync", "live")
+@pytest.mark.parametrize("mode", MODES)
+def test_a_running_jobs_output_reaches_the_task_log_before_it_ends(backend, fake_gcs, monkeypatch, capfd, mode):
+    """Each poll prints the lines the job staged since the last one: the worker's wait, or the trigger."""
+    ti, log = run(backend, fake_gcs, monkeypatch, capfd, f"staging_live_{mode}", f"live-{mode}")
     assert state(ti) == "success", log[-3000:]
     job_id = ti.xcom_pull(task_ids="train")
     ended = datetime.fromisoformat(ti.xcom_pull(task_ids="train", key="slurm_job")["end_time"])
