@@ -26,12 +26,12 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from airflow_provider_slurmapi.api.errors import SlurmJobSpecError
-from airflow_provider_slurmapi.api.staging import DEFAULT_OUTPUT_INTERVAL, StagingLocation, stager_script
+from airflow_provider_slurmapi.api.staging import DEFAULT_OUTPUT_INTERVAL, StagedInput, StagingLocation, stager_script
 
 # slurmctld's limit on a job comment (and extra), measured on Slurm 24.11: 1024 bytes pass, 1025 fail.
 COMMENT_LIMIT = 1024
@@ -246,6 +246,7 @@ def wrap_script(
     staging: StagingLocation | None = None,
     output_interval: int = DEFAULT_OUTPUT_INTERVAL,
     try_number: int = 1,
+    inputs: Sequence[StagedInput] = (),
 ) -> str:
     """The batch script that runs ``script`` unchanged and then publishes (see the module's docstring).
 
@@ -257,7 +258,9 @@ def wrap_script(
     """
     body = script if script.endswith("\n") else script + "\n"
     end = "SLURMAPI_SCRIPT_END_" + hashlib.sha256(body.encode()).hexdigest()[:16]
-    stager, stager_end = stager_script(staging, output_interval, try_number) if staging is not None else ("", "")
+    stager, stager_end = (
+        stager_script(staging, output_interval, try_number, inputs) if staging is not None else ("", "")
+    )
     return _WRAPPER.format(
         head=_quote(comment),
         room=max(room(comment, staged=staging is not None), 0),

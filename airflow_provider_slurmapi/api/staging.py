@@ -28,6 +28,7 @@ from __future__ import annotations
 import hashlib
 import ipaddress
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
@@ -441,7 +442,22 @@ __sa_stage_end() {
     printf 'try=@TRY@;run=%s;stdout=%s/%s;stderr=%s;result=%s;error=%s' "$__sa_run" "$__o" "$__ot" "$__es" "$__res" \
         "$(cat "$__sa_sd/error" 2>/dev/null)" > "$__sa_sd/staged"
 }
-(
+# __sa_get NAME FILE SIZE SHA256: the object NAME of this try (an input the task staged) into FILE, checked
+__sa_get() {
+    __n=$__sa_sn/$1
+    if [ -n "$__sa_gcloud" ]; then
+        "$__sa_gcloud" storage cp "gs://$__sa_sb/$__n" "$2" >/dev/null 2>"$__sa_sd/err" ||
+            { __sa_why "gcloud storage cp: $(tail -n 1 "$__sa_sd/err")"; return 1; }
+    else
+        __sa_token || return 1
+        __q=$__sa_sq%2F$(printf '%s' "$1" | sed 's|/|%2F|g')
+        __sa_http GET "$__sa_gcs/storage/v1/b/$__sa_sb/o/$__q?alt=media" || return 1
+        mv "$__sa_sd/reply" "$2"
+    fi
+    [ "$(wc -c < "$2" | tr -d ' ')" = "$3" ] && [ "$(__sa_sha256 "$2")" = "$4" ] ||
+        { __sa_why "it is not the object the task wrote (size or SHA-256 differ)"; return 1; }
+}
+@INPUTS@(
     trap 'kill "$__sa_sl" 2>/dev/null; exit 0' TERM
     while :; do
         sleep "$__sa_every" &
@@ -460,10 +476,42 @@ __sa_stage_end
 """
 
 
-def stager_script(location: StagingLocation, every: int, try_number: int) -> tuple[str, str]:
+@dataclass(frozen=True)
+class StagedInput:
+    """An object the task staged for its job (``@task.slurm``'s arguments): its name below the try's prefix,
+    its size and SHA-256, and the variable that gives the job the path of its checked local copy."""
+
+    name: str
+    size: int
+    sha256: str
+    variable: str
+
+
+def _inputs_sh(inputs: Sequence[StagedInput], location: StagingLocation) -> str:
+    lines = []
+    for item in inputs:
+        local = f'"$__sa_dir/{item.name}"'
+        lines += [
+            f"__sa_get {_sh_quote(item.name)} {local} {int(item.size)} {_sh_quote(item.sha256)} || {{",
+            f"    echo {_sh_quote(f'slurmapi: cannot read {location.object_uri(item.name)}:')} "
+            '"$(cat "$__sa_sd/error")" >&2',
+            '    rm -rf "$__sa_dir"',
+            "    exit 1",
+            "}",
+            f"{item.variable}={local}",
+            f"export {item.variable}",
+        ]
+    return "".join(line + "\n" for line in lines)
+
+
+def stager_script(
+    location: StagingLocation, every: int, try_number: int, inputs: Sequence[StagedInput] = ()
+) -> tuple[str, str]:
     """The wrapper's two staging parts for the ``location`` of try ``try_number``: what starts the stager
-    once the job's id is known, and what ends it once the script has ended."""
+    once the job's id is known (first fetching ``inputs``: a job that cannot read them fails before its
+    script runs), and what ends it once the script has ended."""
     fields = {
+        "@INPUTS@": _inputs_sh(inputs, location),
         "@TRY@": str(int(try_number)),
         "@BUCKET@": _sh_quote(location.bucket),
         "@NAME@": _sh_quote(location.prefix),

@@ -35,11 +35,16 @@ DEFAULT_PYTHON_COMMAND = "python3"
 # The function the job script ends with: it calls the user's function and writes its return value.
 ENTRY_POINT = "_slurmapi_main"
 
+# Arguments larger than this go to the job as a staged object when the task has a staging location (the
+# script, under the API's 1 MB request limit, then carries only its name, size and SHA-256).
+STAGED_CALL_BYTES = 64 * 1024
+CALL_FILE_VARIABLE = "SLURMAPI_CALL_FILE"
+
 _RUNNER = """
 def {entry}():
     import json, os, sys, traceback
 
-    call = json.loads({call!r})
+    call = json.loads({call})
     try:
         value = {name}(*call["args"], **call["kwargs"])
     except Exception:
@@ -211,12 +216,17 @@ def _arguments(args: Collection[Any], kwargs: Mapping[str, Any]) -> Iterator[tup
         yield f"argument {key!r}", value
 
 
-def job_script(source: str, name: str, call: str, command: str = DEFAULT_PYTHON_COMMAND) -> str:
-    """The batch script that runs ``name`` (defined by ``source``) with ``call``'s arguments."""
+def job_script(
+    source: str, name: str, call: str, command: str = DEFAULT_PYTHON_COMMAND, *, staged: bool = False
+) -> str:
+    """The batch script that runs ``name`` (defined by ``source``) with ``call``'s arguments: in the script,
+    or, ``staged``, from the file ``$SLURMAPI_CALL_FILE``, the checked copy of the object the task staged
+    that the job's wrapper fetched before the script (api/staging.py)."""
+    reader = f"open(os.environ[{CALL_FILE_VARIABLE!r}]).read()" if staged else repr(call)
     program = (
         f"# @task.slurm: {name}() from the DAG file\nfrom __future__ import annotations\n\n"
         + source
-        + _RUNNER.format(call=call, name=name, entry=ENTRY_POINT)
+        + _RUNNER.format(call=reader, name=name, entry=ENTRY_POINT)
     )
     end = "SLURMAPI_PY_" + hashlib.sha256(program.encode()).hexdigest()[:16]
     return f"#!/bin/sh\nexec {command} - <<'{end}'\n{program}{end}\n"

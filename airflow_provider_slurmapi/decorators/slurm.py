@@ -14,6 +14,7 @@ one job per task instance however often the task is retried, the job id as its `
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
@@ -28,6 +29,7 @@ from airflow.providers.common.compat.sdk import (
 from airflow_provider_slurmapi.api import checks
 from airflow_provider_slurmapi.api.errors import SlurmJobSpecError
 from airflow_provider_slurmapi.api.results import Reading
+from airflow_provider_slurmapi.api.staging import StagedInput
 from airflow_provider_slurmapi.decorators import pyjob
 from airflow_provider_slurmapi.operators.slurmapi import XCOM_RESULT, SlurmJobFailedNoRetry, SlurmSubmitJobOperator
 
@@ -159,7 +161,24 @@ class _SlurmPythonDecoratedOperator(_SlurmDecoratedOperator):
             call = pyjob.call_json(self.op_args, self.op_kwargs)
         except SlurmJobSpecError as bad:
             raise SlurmJobFailedNoRetry(str(bad)) from None  # the same arguments fail the same way
-        self.script = pyjob.job_script(self._source, self.python_callable.__name__, call, self.python_command)
+        location = self.staging_location()
+        staged = location is not None and len(call.encode()) > pyjob.STAGED_CALL_BYTES
+        if staged and location is not None:
+            data = call.encode()
+            digest = hashlib.sha256(data).hexdigest()
+            name = f"call-{digest[:16]}.json"  # the same text, the same name
+            location = self._for_try(context, location, self.task_try(context).number)
+            self.hook.stage_object(location, name, call)
+            self.staged_inputs = [StagedInput(name, len(data), digest, pyjob.CALL_FILE_VARIABLE)]
+            self.log.info(
+                "The arguments of %s() (%d bytes) go to the job as %s",
+                self.python_callable.__name__,
+                len(data),
+                location.object_uri(name),
+            )
+        self.script = pyjob.job_script(
+            self._source, self.python_callable.__name__, "" if staged else call, self.python_command, staged=staged
+        )
         return super().execute(context)
 
     def _succeeded(self, job_id: int, reading: Reading | None) -> Any:

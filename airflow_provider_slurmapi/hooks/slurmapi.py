@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable, Mapping
 from functools import cached_property
@@ -119,6 +120,16 @@ class SlurmJobApiHook(BaseHook):
             project = settings.cluster.project_id if isinstance(settings.cluster, ClusterRef) else None
             self._storage = storage.storage_client(build_credentials(settings.auth), project)
         return self._storage
+
+    def stage_object(self, location: StagingLocation, name: str, text: str) -> tuple[str, str]:
+        """Write ``text`` as the object ``name`` below ``location`` (only where there is none yet: the same
+        name holds the same text) and return its bucket and full object name."""
+        from google.api_core.exceptions import PreconditionFailed
+
+        blob = self.storage_client().bucket(location.bucket).blob(location.object_name(name))
+        with contextlib.suppress(PreconditionFailed):  # there already: a retry of this try wrote it
+            blob.upload_from_string(text.encode(), content_type="application/json", if_generation_match=0)
+        return location.bucket, location.object_name(name)
 
     def check_staging(self, location: StagingLocation) -> None:
         """Fail before a submit when the connection's credentials cannot list ``location`` (one request)."""

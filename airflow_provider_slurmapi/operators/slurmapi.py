@@ -247,6 +247,8 @@ class SlurmSubmitJobOperator(SlurmApiHookMixin, BaseOperator):
         self.publish_results = checks.flag(publish_results, "publish_results")
         self.output_tail_lines = results.tail_lines(output_tail_lines)
         self.staging_uri = staging_uri
+        # Objects the task staged for its job before the submit (``@task.slurm``'s large arguments).
+        self.staged_inputs: list[staging.StagedInput] = []
         self.output_interval = staging.output_interval(output_interval)
         self.max_result_bytes = checks.count(max_result_bytes, "max_result_bytes", minimum=1)
         self.script = script
@@ -364,7 +366,13 @@ class SlurmSubmitJobOperator(SlurmApiHookMixin, BaseOperator):
             self.hook.check_staging(location)
             location = self._for_try(context, location, number)
         script = results.wrap_script(
-            spec.script, fields["comment"], self.output_tail_lines, location, self.output_interval, number
+            spec.script,
+            fields["comment"],
+            self.output_tail_lines,
+            location,
+            self.output_interval,
+            number,
+            self.staged_inputs,
         )
         return JobSpec(script, spec.job)
 

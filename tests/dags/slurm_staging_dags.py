@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from airflow.providers.common.compat.sdk import DAG
+from airflow.providers.common.compat.sdk import DAG, task
 
 from airflow_provider_slurmapi.operators.slurmapi import SlurmSubmitJobOperator
 
@@ -69,3 +69,35 @@ for name, script in SCRIPTS.items():
                 deferrable=mode == "deferred",
             )
         DAGS[dag_id] = dag
+
+
+# @task.slurm with staging: a 2 MB argument goes to the job as a staged object (the API's requests are
+# limited to 1 MB), and a 1 MB return value comes back through staging.
+ARGUMENT_BYTES = 2 * 2**20
+RETURN_BYTES = 2**20
+
+with DAG(
+    dag_id="staging_taskflow",
+    schedule=None,
+    start_date=datetime(2026, 1, 1),
+    catchup=False,
+    params={"cwd": "/home/tester", "staging": "", "metadata": "", "storage": ""},
+) as dag:
+
+    @task
+    def corpus() -> str:
+        return "x" * ARGUMENT_BYTES
+
+    @task.slurm(
+        current_working_directory="{{ params.cwd }}",
+        environment={"GCE_METADATA_HOST": "{{ params.metadata }}", "STORAGE_EMULATOR_HOST": "{{ params.storage }}"},
+        staging_uri="{{ params.staging }}",
+        poll_interval=0.5,
+    )
+    def embed(text: str, size: int) -> dict:
+        import hashlib
+
+        return {"read": len(text), "sha256": hashlib.sha256(text.encode()).hexdigest(), "blob": "y" * size}
+
+    embed(corpus(), RETURN_BYTES)
+DAGS["staging_taskflow"] = dag

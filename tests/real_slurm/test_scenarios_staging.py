@@ -124,6 +124,28 @@ def test_a_running_jobs_output_reaches_the_task_log_before_it_ends(backend, fake
     assert (ended - streamed.pop()).total_seconds() > 3, ended
 
 
+def test_task_slurm_takes_a_2_mb_argument_and_returns_1_mb_through_staging(backend, fake_gcs, monkeypatch, capfd):
+    backend.connect(monkeypatch)
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", fake_gcs.url)
+    capfd.readouterr()
+    conf = {
+        "cwd": backend.cwd,
+        "staging": f"gs://{STAGING_BUCKET}/taskflow",
+        "metadata": backend.emu.metadata_host,
+        "storage": fake_gcs.url,
+    }
+    dag_run = DAGS["staging_taskflow"].test(run_conf=conf)
+    out, err = capfd.readouterr()
+    (ti,) = [ti for ti in dag_run.get_task_instances() if ti.task_id == "embed"]
+    assert state(ti) == "success", (out + err)[-3000:]
+    value = ti.xcom_pull(task_ids="embed")
+    size = DAGS_MODULE.ARGUMENT_BYTES
+    assert value["read"] == size and value["sha256"] == hashlib.sha256(b"x" * size).hexdigest()
+    assert len(value["blob"]) == DAGS_MODULE.RETURN_BYTES
+    assert "go to the job as gs://" in out + err
+    assert [n for n in fake_gcs.objects(STAGING_BUCKET, "taskflow/") if "/call-" in n]  # staged, not inline
+
+
 def test_storage_refusing_every_request_during_the_run_loses_nothing_the_comment_holds(
     backend, fake_gcs, monkeypatch, capfd
 ):
@@ -160,3 +182,26 @@ def test_a_staged_result_altered_after_the_job_wrote_it_is_refused(fake_gcs, mon
         staged.read_result(client, location, report, 1000)
     with pytest.raises(staged.StagedReadError, match=f"more than max_result_bytes=10.*{name}|{name}.*max_result"):
         staged.read_result(client, location, report, 10)
+
+
+def test_a_staged_input_that_is_not_what_the_task_wrote_stops_the_job_before_its_script(backend, fake_gcs, monkeypatch):
+    """The wrapper fetches a staged input (``@task.slurm``'s arguments) and checks its size and SHA-256: an
+    object altered after the task wrote it fails the job, saying so, and the script never runs."""
+    from airflow_provider_slurmapi.api import results
+    from airflow_provider_slurmapi.api.staging import StagedInput
+
+    hook = backend.connect(monkeypatch)
+    location = StagingLocation.parse(f"gs://{STAGING_BUCKET}/inputs").for_task("d", "t", "r", -1, 1)
+    wrote = b'{"args": [1], "kwargs": {}}'
+    fake_gcs.write(STAGING_BUCKET, location.object_name("call-1.json"), b'{"args": [2], "kwargs": {}}')
+    good = StagedInput("call-1.json", len(wrote), hashlib.sha256(wrote).hexdigest(), "SLURMAPI_CALL_FILE")
+    script = results.wrap_script(
+        "#!/bin/sh\necho the-script-ran\n", "airflow-ti:d/t/r/-1 try:1", staging=location, inputs=[good]
+    )
+    env = {"GCE_METADATA_HOST": backend.emu.metadata_host, "STORAGE_EMULATOR_HOST": fake_gcs.url}
+    spec = backend.spec(script, environment=[f"{k}={v}" for k, v in env.items()] + ["PATH=/usr/bin:/bin"])
+    job = backend.wait_for_end(hook, hook.submit(spec).job_id)
+    assert job.state.base == "FAILED", job.state
+    output = backend.host_path(job.standard_output).read_text()
+    assert "the-script-ran" not in output
+    assert f"slurmapi: cannot read {location.object_uri('call-1.json')}: it is not the object the task wrote" in output
