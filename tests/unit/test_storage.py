@@ -1,0 +1,87 @@
+"""Reading what a job staged (api/storage.py), against fake-gcs-server: chunks read once each, in order,
+overlaps and gaps, a requeued job's new run, tails, and the checked result."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from google.auth.credentials import AnonymousCredentials
+
+from airflow_provider_slurmapi.api import storage
+from airflow_provider_slurmapi.api.staging import StagedReport, StagingLocation, chunk_name
+from tests.harness.storage import STAGING_BUCKET, FakeGcs
+
+TASK = StagingLocation(STAGING_BUCKET, "unit").for_task_instance("d", "t", "r", -1)
+
+
+@pytest.fixture
+def client(fake_gcs: FakeGcs, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", fake_gcs.url)
+    yield storage.storage_client(AnonymousCredentials(), "demo-project")
+
+
+def put(fake_gcs: FakeGcs, location: StagingLocation, name: str, data: bytes) -> None:
+    fake_gcs.write(STAGING_BUCKET, location.object_name(name), data)
+
+
+def test_new_bytes_are_read_once_each_even_where_a_cut_upload_was_made_again(client, fake_gcs):
+    run = StagingLocation(STAGING_BUCKET, f"{TASK.prefix}/try-1").for_job("7")
+    cursor = storage.StreamCursor()
+    put(fake_gcs, run, chunk_name("stdout", 0), b"one\ntw")
+    assert storage.read_new(client, run, cursor) == {"stdout": b"one\ntw"}
+    assert storage.read_new(client, run, cursor) == {}  # nothing new: nothing read
+    # an upload that started at 4 ("tw" again, then more) after one cut short: its overlap is not read again
+    put(fake_gcs, run, chunk_name("stdout", 4), b"two\nthree\n")
+    put(fake_gcs, run, chunk_name("stderr", 0), b"err\n")
+    assert storage.read_new(client, run, cursor) == {"stdout": b"o\nthree\n", "stderr": b"err\n"}
+    # a chunk past a gap (bytes not staged yet) waits until the gap is filled
+    put(fake_gcs, run, chunk_name("stdout", 20), b"later\n")
+    assert storage.read_new(client, run, cursor) == {}
+    put(fake_gcs, run, chunk_name("stdout", 14), b"four\n\n")
+    assert storage.read_new(client, run, cursor) == {"stdout": b"four\n\nlater\n"}
+
+
+def test_the_follower_gives_whole_lines_once_and_follows_a_requeued_job(client, fake_gcs):
+    follower = storage.OutputFollower(client, TASK, "7")
+    assert follower.poll() == []  # nothing staged yet
+    first = StagingLocation(STAGING_BUCKET, f"{TASK.prefix}/try-1").for_job("7", 0)
+    put(fake_gcs, first, chunk_name("stdout", 0), b"epoch 1\nepo")
+    put(
+        fake_gcs, StagingLocation(STAGING_BUCKET, f"{TASK.prefix}/try-1").for_job("8", 0), "stdout/000000000000", b"x\n"
+    )
+    assert follower.poll() == [("stdout", "epoch 1")]  # another job's output is not this job's
+    put(fake_gcs, first, chunk_name("stdout", 11), b"ch 2\n")
+    assert follower.poll() == [("stdout", "epoch 2")]
+    # requeued: its run 1 writes afresh; the follower says so and reads it from its start
+    again = StagingLocation(STAGING_BUCKET, f"{TASK.prefix}/try-1").for_job("7", 1)
+    put(fake_gcs, again, chunk_name("stdout", 0), b"epoch 1 again\nno newline")
+    assert follower.poll() == [
+        ("", "Slurm job 7 was requeued: the output of its run 1 follows"),
+        ("stdout", "epoch 1 again"),
+    ]
+    assert follower.flush() == [("stdout", "no newline")]
+
+
+def test_a_tail_reads_the_last_lines_across_chunks(client, fake_gcs):
+    run = StagingLocation(STAGING_BUCKET, f"{TASK.prefix}/try-2").for_job("9")
+    text = "".join(f"line {i}\n" for i in range(100)).encode()
+    put(fake_gcs, run, chunk_name("stdout", 0), text[:333])
+    put(fake_gcs, run, chunk_name("stdout", 333), text[333:])
+    assert storage.read_tail(client, run, "stdout", 3) == "line 97\nline 98\nline 99"
+    assert storage.read_tail(client, run, "stdout", 0) == ""
+    assert storage.read_tail(client, run, "stderr", 5) == ""
+
+
+def test_a_staged_result_is_read_only_as_the_job_published_it(client, fake_gcs):
+    run = StagingLocation(STAGING_BUCKET, f"{TASK.prefix}/try-3").for_job("10")
+    data = b'{"val_acc": 0.93}'
+    report = StagedReport(result=(len(data), hashlib.sha256(data).hexdigest()))
+    with pytest.raises(storage.StagedReadError, match="is not there"):
+        storage.read_result(client, run, report, 100)
+    put(fake_gcs, run, "result.json", data)
+    assert storage.read_result(client, run, report, 100) == data
+    with pytest.raises(storage.StagedReadError, match="the job staged no result"):
+        storage.read_result(client, run, StagedReport(), 100)
