@@ -59,6 +59,12 @@ def _parser() -> argparse.ArgumentParser:
         default="24.11",
         help="the Slurm it answers as: 24.11 (REST v0.0.40-v0.0.42, default) or 26.05 (v0.0.42-v0.0.45)",
     )
+    parser.add_argument(
+        "--storage-emulator-host",
+        metavar="URL",
+        help="STORAGE_EMULATOR_HOST for the jobs (a Cloud Storage emulator, e.g. http://127.0.0.1:4443); "
+        "they always get GCE_METADATA_HOST, the emulator's metadata-server stand-in",
+    )
     parser.add_argument("--quiet", action="store_true", help="do not log each call")
     proxy = parser.add_argument_group(
         "proxy mode", "forward each Slurm call to a real slurmrestd; the Google layer stays the emulator's"
@@ -98,6 +104,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         log_calls=not args.quiet,
         reply_shape=args.reply_shape,
         slurm_release=args.slurm_release,
+        storage_emulator_host=args.storage_emulator_host,
         upstream=args.upstream,
         upstream_user=upstream_user if args.upstream else None,
         upstream_token=upstream_token if args.upstream else None,
@@ -124,6 +131,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"key file: {emulator.key_path}")
         print(f"connection: {emulator.connection_json()}")
         print(f"export AIRFLOW_CONN_SLURMAPI_DEFAULT='{emulator.connection_json()}'")
+        print(f"jobs see GCE_METADATA_HOST={emulator.metadata_host}", end="")
+        print(f" STORAGE_EMULATOR_HOST={args.storage_emulator_host}" if args.storage_emulator_host else "")
         sys.stdout.flush()
         while not stopping.wait(0.2):
             if releasing.is_set():

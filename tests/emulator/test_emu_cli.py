@@ -37,6 +37,8 @@ def test_cli_prints_the_connection_and_stops_on_sigterm(tmp_path: Path) -> None:
             "body",
             "--slurm-release",
             "26.05",
+            "--storage-emulator-host",
+            "http://127.0.0.1:4443",
         ],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -45,7 +47,7 @@ def test_cli_prints_the_connection_and_stops_on_sigterm(tmp_path: Path) -> None:
     )
     try:
         assert proc.stdout is not None
-        lines = [proc.stdout.readline() for _ in range(5)]
+        lines = [proc.stdout.readline() for _ in range(6)]
         assert lines[0].startswith("Slurm Job API emulator listening on http://127.0.0.1:")
         assert lines[2].strip() == f"key file: {tmp_path / 'service-account-key.json'}"
         connection = json.loads(lines[3].split("connection: ", 1)[1])
@@ -54,6 +56,10 @@ def test_cli_prints_the_connection_and_stops_on_sigterm(tmp_path: Path) -> None:
         assert extra["cluster_id"] == "cli-cluster" and extra["key_path"] == str(tmp_path / "service-account-key.json")
         assert lines[4].startswith("export AIRFLOW_CONN_SLURMAPI_DEFAULT='")
         assert json.loads(lines[4].strip()[len("export AIRFLOW_CONN_SLURMAPI_DEFAULT='") : -1]) == connection
+        port = lines[0].strip().rsplit(":", 1)[1]
+        assert lines[5].strip() == (
+            f"jobs see GCE_METADATA_HOST=127.0.0.1:{port} STORAGE_EMULATOR_HOST=http://127.0.0.1:4443"
+        )
         from google.auth.transport.requests import AuthorizedSession
         from google.oauth2 import service_account
 
@@ -108,7 +114,7 @@ def test_sigusr1_releases_the_held_simulated_runs(tmp_path: Path) -> None:
     )
     try:
         assert proc.stdout is not None
-        lines = [proc.stdout.readline() for _ in range(5)]
+        lines = [proc.stdout.readline() for _ in range(6)]
         connection = json.loads(lines[3].split("connection: ", 1)[1])
         settings = settings_from_extra(connection["extra"])
         with SlurmJobApiClient(settings.cluster, **settings.client_kwargs()) as client:
