@@ -19,6 +19,7 @@ LINES = 3000  # each ~60 bytes: ~180 KB of output, far past what a Slurm comment
 RESULT_ITEMS = 5000  # a result of ~200 KB
 TAIL = 200
 LIVE_MARKER = "live-line-3b9e"
+STREAM_LINES = 10_000
 SCRIPTS = {
     # Much output on both streams, then a large result.
     "staging_large": (
@@ -33,6 +34,15 @@ SCRIPTS = {
         "#!/bin/sh\n"
         f'i=0; while [ $i -lt {LINES} ]; do echo "stderr line $i" >&2; i=$((i + 1)); done\n'
         "echo last-words-of-the-job >&2\nexit 3\n"
+    ),
+    # 10,000 lines of ~510 bytes over about 60 s: 5 MB of output that the task log follows as it comes.
+    "staging_stream": (
+        "#!/bin/bash\n"
+        "pad=$(printf '%0500d' 0)\n"
+        f"for i in $(seq 0 {STREAM_LINES // 100 - 1}); do\n"
+        "    for j in $(seq 1 100); do printf 'line %05d %s\\n' $((i * 100 + j)) \"$pad\"; done\n"
+        "    sleep 0.6\n"
+        "done\n"
     ),
     # A line, then a while before the job ends: the line is in the task log before the end.
     "staging_live": f"#!/bin/sh\necho {LIVE_MARKER}\nsleep 8\necho done\n",
