@@ -186,7 +186,7 @@ def split(comment: str) -> tuple[str, Published | None]:
         return head.rstrip(" "), None
     job, status, merged, result = _text(fields[1]), fields[2], fields[3] == "1", _text(fields[4])
     stdout, stderr = _shown(fields[5]), _shown(SEP.join(fields[6:]))
-    return head.rstrip(" "), Published(status, result, stdout, stderr, merged, job, _text(report))
+    return head.rstrip(" "), Published(status, result, stdout, stderr, merged, job, _shown(report))
 
 
 # Control characters other than tab and newline (C0, DEL, C1: terminal escapes, BEL, CSI) and lone

@@ -201,3 +201,15 @@ def test_the_operators_staging_arguments_are_checked_when_the_dag_is_parsed():
             SlurmSubmitJobOperator(**base, **bad)
     with pytest.raises(SlurmJobSpecError, match="staging_uri"):
         SlurmSubmitJobOperator(**base, staging_uri="s3://bkt").staging_location()
+
+
+def test_a_staging_report_a_job_wrote_with_terminal_escapes_reads_without_them():
+    """A job may write anything into its own comment: the report's error reaches the task log."""
+    from airflow_provider_slurmapi.api import results
+
+    report = "try=1;run=0;stdout=1/2;stderr=0/0;result=none;error=\x1b[2J\x07HTTP 503\x9b"
+    fields = ["", "42", "none", "0", report, "", "", ""]
+    published = results.split("airflow-ti:d/t/r/-1 try:1 " + results.MARK_STAGED + results.SEP.join(fields))[1]
+    assert published is not None
+    parsed = StagedReport.parse(published.staged)
+    assert parsed is not None and parsed.error == "[2JHTTP 503"
