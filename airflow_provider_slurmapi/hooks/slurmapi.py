@@ -16,7 +16,12 @@ from airflow_provider_slurmapi.api.auth import build_credentials
 from airflow_provider_slurmapi.api.client import AsyncSlurmJobApiClient, SlurmJobApiClient
 from airflow_provider_slurmapi.api.connection import ConnectionSettings, settings_from_extra
 from airflow_provider_slurmapi.api.envelope import ClusterRef
-from airflow_provider_slurmapi.api.errors import SlurmJobApiError, SlurmJobSpecError, SlurmJobWaitTimeoutError
+from airflow_provider_slurmapi.api.errors import (
+    SlurmJobApiError,
+    SlurmJobSpecError,
+    SlurmJobWaitTimeoutError,
+    SlurmTransportError,
+)
 from airflow_provider_slurmapi.api.fields import CONNECTION_FIELDS, DEFAULT_CONN_ID, SECRET_FIELDS, ui_field_behaviour
 from airflow_provider_slurmapi.api.identity import TaskIdentity
 from airflow_provider_slurmapi.api.jobs import SlurmJob
@@ -132,19 +137,28 @@ class SlurmJobApiHook(BaseHook):
         return location.bucket, location.object_name(name)
 
     def check_staging(self, location: StagingLocation) -> None:
-        """Fail before a submit when the connection's credentials cannot list ``location`` (one request)."""
+        """Fail before a submit when the connection's credentials cannot list ``location`` (one request).
+
+        No bucket, or no permission: a spec error (the task's retries would meet the same). A storage that
+        still fails after 30 s of retries: a retryable error, as any transient failure before a submit."""
+        from google.api_core import exceptions as gexc
+        from google.cloud.storage.retry import DEFAULT_RETRY
+
         client = self.storage_client()
         try:
-            from google.cloud.storage.retry import DEFAULT_RETRY
-
             retry = DEFAULT_RETRY.with_timeout(CHECK_SECONDS)
             list(client.list_blobs(location.bucket, prefix=location.object_name(""), max_results=1, retry=retry))
-        except Exception as err:
+        except (gexc.NotFound, gexc.Forbidden, gexc.Unauthorized, gexc.BadRequest) as err:
             raise SlurmJobSpecError(
                 "staging_uri",
                 f"{location.uri} cannot be read with the connection's credentials ({type(err).__name__}: {err})",
                 "Create the bucket, and grant the connection's service account roles/storage.objectViewer on it "
                 "(the cluster's nodes need roles/storage.objectCreator).",
+            ) from None
+        except Exception as err:
+            raise SlurmTransportError(
+                f"Could not check the staging location {location.uri} ({type(err).__name__}: {err}); "
+                "nothing was submitted"
             ) from None
 
     # -- API --------------------------------------------------------------------------------------

@@ -85,3 +85,23 @@ def test_a_staged_result_is_read_only_as_the_job_published_it(client, fake_gcs):
     assert storage.read_result(client, run, report, 100) == data
     with pytest.raises(storage.StagedReadError, match="the job staged no result"):
         storage.read_result(client, run, StagedReport(), 100)
+
+
+def test_the_pre_submit_check_tells_a_missing_bucket_from_a_storage_that_fails_for_now(client, fake_gcs, monkeypatch):
+    from airflow_provider_slurmapi.api.errors import SlurmJobSpecError, SlurmTransportError
+    from airflow_provider_slurmapi.hooks import slurmapi as hooks
+
+    hook = hooks.SlurmJobApiHook()
+    hook._storage = client  # the connection's credentials are not what this test is about
+    hook.check_staging(StagingLocation(STAGING_BUCKET, "ok"))
+    with pytest.raises(SlurmJobSpecError, match="staging_uri: gs://no-such-bucket/x cannot be read"):
+        hook.check_staging(StagingLocation("no-such-bucket", "x"))
+    # a storage answering 503 past the check's retries: retryable, not the task's own mistake
+    monkeypatch.setattr(hooks, "CHECK_SECONDS", 1.0)
+    fake_gcs.fail_next(10**6)
+    try:
+        with pytest.raises(SlurmTransportError, match="nothing was submitted") as caught:
+            hook.check_staging(StagingLocation(STAGING_BUCKET, "ok"))
+    finally:
+        fake_gcs.fail_next(0)
+    assert caught.value.retryable
