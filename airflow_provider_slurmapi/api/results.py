@@ -26,7 +26,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -522,17 +522,21 @@ class Reading:
     unread: str = ""
 
 
-def read(summary: Mapping[str, Any]) -> Reading:
-    """Read the publication of a finished job from its summary (``SlurmJob.summary()``, arrays too)."""
+def read(summary: Mapping[str, Any], read_one: Callable[[Mapping[str, Any]], Reading] | None = None) -> Reading:
+    """Read the publication of a finished job from its summary (``SlurmJob.summary()``, arrays too).
+
+    ``read_one`` reads one job's (or array task's) summary; default: from its comment. Staging passes
+    one that reads what the job staged (``api.storage.read_staged``)."""
+    read_one = read_one or _read_one
     tasks = summary.get("tasks")
     if not isinstance(tasks, list):
-        return _read_one(summary)
+        return read_one(summary)
     reading = Reading()
     results: dict[str, Any] = {}
     for task in tasks:
         if not isinstance(task, Mapping):
             continue
-        one = _read_one({**task, "source": task.get("source", summary.get("source"))})
+        one = read_one({**task, "source": task.get("source", summary.get("source"))})
         reading.log.extend(one.log)
         if one.error:
             reading.error = reading.error or one.error

@@ -107,20 +107,23 @@ def read_new(
     return new
 
 
-def read_tail(client: Any, location: StagingLocation, stream: str, lines: int) -> str:
-    """The last ``lines`` lines of ``stream`` (reading at most ``TAIL_READ_LIMIT`` bytes of its end)."""
+def read_tail(
+    client: Any, location: StagingLocation, stream: str, lines: int, listed: dict[str, list[Chunk]] | None = None
+) -> str:
+    """The last ``lines`` lines of ``stream`` (reading at most ``TAIL_READ_LIMIT`` bytes of its end);
+    ``listed``: the run's chunks when already listed (:func:`chunks`)."""
     if lines <= 0:
         return ""
-    items = chunks(client, location)[stream]
+    items = (chunks(client, location) if listed is None else listed)[stream]
     bucket = client.bucket(location.bucket)
     pieces: list[bytes] = []
-    read = 0
+    taken = 0
     for chunk in reversed(items):
-        start = max(0, chunk.size - (TAIL_READ_LIMIT - read))
+        start = max(0, chunk.size - (TAIL_READ_LIMIT - taken))
         data = bucket.blob(chunk.name).download_as_bytes(start=start) if chunk.size else b""
         pieces.insert(0, data)
-        read += len(data)
-        if b"".join(pieces).count(b"\n") > lines or read >= TAIL_READ_LIMIT or start > 0:
+        taken += len(data)
+        if b"".join(pieces).count(b"\n") > lines or taken >= TAIL_READ_LIMIT or start > 0:
             break
     text = b"".join(pieces).decode("utf-8", "replace")
     return "\n".join(text.splitlines()[-lines:])
@@ -176,34 +179,17 @@ def read_staged(
     """What a finished job (or each task of an array) published, with what it staged read from Cloud
     Storage: the tails of its output (``lines`` lines, no comment-size cap) and its result (checked
     against the size and SHA-256 it published). A job that staged nothing is read from its comment as
-    before. Returns the reading and, per job, the URI of its staged output."""
-    tasks = summary.get("tasks")
-    items = [t for t in tasks if isinstance(t, Mapping)] if isinstance(tasks, list) else [summary]
-    reading = Reading()
+    before (:func:`~.results.read` walks the array). Returns the reading and, per job, its output's URI."""
     uris: dict[str, str] = {}
-    values: dict[str, Any] = {}
-    for item in items:
-        item = {**item, "source": item.get("source", summary.get("source"))}
-        if "comment" not in item and "comment" in summary:
-            item["comment"] = summary["comment"]
-        display = str(item.get("display_id") or item.get("job_id"))
-        one = _read_staged_one(item, display, client, location_of, lines, max_bytes, uris)
-        reading.log.extend(one.log)
-        reading.error = reading.error or (f"{display}: {one.error}" if tasks and one.error else one.error)
-        reading.unread = reading.unread or one.unread
-        if one.has_result:
-            values[display] = one.result
-        if one.quote and not reading.quote:
-            reading.quote = f"{display}: {one.quote}" if isinstance(tasks, list) else one.quote
-    if values:
-        reading.has_result = True
-        reading.result = values if isinstance(tasks, list) else next(iter(values.values()))
-    return reading, uris
+
+    def read_one(item: Mapping[str, Any]) -> Reading:
+        return _read_staged_one(item, client, location_of, lines, max_bytes, uris)
+
+    return read(summary, read_one), uris
 
 
 def _read_staged_one(
     item: Mapping[str, Any],
-    display: str,
     client: Any,
     location_of: Callable[[Mapping[str, Any], StagedReport], StagingLocation],
     lines: int,
@@ -214,6 +200,7 @@ def _read_staged_one(
     report = StagedReport.parse(published.staged) if published is not None and published.staged else None
     if published is None or report is None:
         return read(item)
+    display = str(item.get("display_id") or item.get("job_id"))
     label = f"Slurm job {display}"
     location = location_of(item, report)
     uris[display] = location.uri
@@ -225,9 +212,11 @@ def _read_staged_one(
     if report.stderr is not None:
         streams.append(("stderr", "stderr"))
     tails: dict[str, str] = {}
+    listed: dict[str, list[Chunk]] | None = None
     for stream, words in streams:
         try:
-            tails[stream] = read_tail(client, location, stream, lines)
+            listed = chunks(client, location) if listed is None else listed  # one listing for both streams
+            tails[stream] = read_tail(client, location, stream, lines, listed)
         except Exception as err:  # the storage's fault: the comment's tail stands in
             reading.log.append(f"{label}: could not read its staged {stream} ({type(err).__name__}: {err})")
             tails[stream] = published.stdout_tail if stream == "stdout" else published.stderr_tail
