@@ -254,7 +254,7 @@ def read_connection(log: Path) -> dict[str, Any] | None:
 def run_emulator(*extra_args: str) -> Iterator[EmulatorProcess]:
     """``python -m airflow_provider_slurmapi.emulator`` on a free port, in its own process group.
 
-    ``extra_args``: more command-line options (e.g. ``--simulate``), for the benchmarks.
+    ``extra_args``: more command-line options (e.g. ``--simulate``, ``--storage-emulator-host``).
     """
     try:
         found = importlib.util.find_spec("airflow_provider_slurmapi.emulator.__main__") is not None
@@ -623,8 +623,8 @@ def run_standalone(
 ) -> Iterator[Standalone]:
     """A real ``airflow standalone`` on ``emulator``, ready (health endpoints green) when this yields.
 
-    ``dags_folder`` (default ``example_dags``) and ``extra_env`` (Airflow settings on top) are for the
-    benchmarks.
+    ``dags_folder`` (default ``example_dags``) is for the benchmarks; ``extra_env`` is set on top (Airflow
+    settings, ``STORAGE_EMULATOR_HOST``).
     """
     major = airflow_major()
     home = Path(tempfile.mkdtemp(prefix="slurmapi-standalone-"))

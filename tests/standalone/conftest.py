@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 from tests.harness.standalone import LOGS, EmulatorProcess, Standalone, run_emulator, run_standalone
+from tests.harness.storage import STAGING_BUCKET, FakeGcs
 from tests.suite_switch import SuiteSwitch
 
 HERE = Path(__file__).resolve().parent
@@ -33,16 +34,25 @@ pytest_collection_modifyitems = SWITCH.collection_modifyitems
 
 
 @pytest.fixture(scope="session")
-def emulator_process() -> Iterator[EmulatorProcess]:
+def session_storage() -> Iterator[FakeGcs]:
+    """The suite's Cloud Storage (fake-gcs-server, bucket ``slurmapi-staging``): the emulator's jobs stage
+    their output there, and the standalone's triggerer and workers read it."""
+    with FakeGcs() as storage:
+        storage.create_bucket(STAGING_BUCKET)
+        yield storage
+
+
+@pytest.fixture(scope="session")
+def emulator_process(session_storage: FakeGcs) -> Iterator[EmulatorProcess]:
     """The Slurm Job API emulator, started as a separate process (``python -m ...emulator``)."""
-    with run_emulator() as emulator:
+    with run_emulator("--storage-emulator-host", session_storage.url) as emulator:
         yield emulator
 
 
 @pytest.fixture(scope="session")
-def standalone(emulator_process: EmulatorProcess) -> Iterator[Standalone]:
+def standalone(emulator_process: EmulatorProcess, session_storage: FakeGcs) -> Iterator[Standalone]:
     """A real ``airflow standalone``, ready (health endpoints green) before the first test uses it."""
-    with run_standalone(emulator_process) as airflow:
+    with run_standalone(emulator_process, extra_env={"STORAGE_EMULATOR_HOST": session_storage.url}) as airflow:
         yield airflow
 
 
