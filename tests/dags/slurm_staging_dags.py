@@ -8,16 +8,19 @@ storage.googleapis.com; in the tests, the emulator's stand-in and fake-gcs-serve
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
+from typing import Any
 
 from airflow.providers.common.compat.sdk import DAG, task
 
+from airflow_provider_slurmapi.hooks.slurmapi import SlurmJobApiHook
 from airflow_provider_slurmapi.operators.slurmapi import SlurmSubmitJobOperator
 
 DAGS: dict[str, DAG] = {}
 LINES = 3000  # each ~60 bytes: ~180 KB of output, far past what a Slurm comment holds
 RESULT_ITEMS = 5000  # a result of ~200 KB
 TAIL = 200
+ARRAY_PAD = 3000  # each array task's result: past what a Slurm comment holds, so it can only come staged
 LIVE_MARKER = "live-line-3b9e"
 STREAM_LINES = 10_000
 SCRIPTS = {
@@ -48,8 +51,40 @@ SCRIPTS = {
     "staging_live": f"#!/bin/sh\necho {LIVE_MARKER}\nsleep 8\necho done\n",
     # A small result, with the storage refusing every request while the job runs (the test arms it).
     "staging_small": '#!/bin/sh\necho hello\necho \'{"ok": 1}\' > "$SLURMAPI_RETURN_FILE"\n',
+    # An array of three tasks, each with its own output and a result too large for its comment.
+    "staging_array": (
+        "#!/bin/bash\n"
+        'for i in 1 2 3; do echo "array task $SLURM_ARRAY_TASK_ID line $i"; done\n'
+        f'printf \'{{"task": %d, "pad": "%s"}}\' "$SLURM_ARRAY_TASK_ID" "$(printf \'%0{ARRAY_PAD}d\' 0)" '
+        '> "$SLURMAPI_RETURN_FILE"\n'
+    ),
+    # The first try is lost while the job runs; the second reattaches and reads what the job staged under
+    # the first try's prefix (the test's operator, ``LosesTheFirstTry``).
+    "staging_reattach": (
+        "#!/bin/bash\necho before-the-loss\nsleep 6\necho after-the-loss\n"
+        f'printf \'{{"pad": "%s"}}\' "$(printf \'%0{ARRAY_PAD}d\' 0)" > "$SLURMAPI_RETURN_FILE"\n'
+    ),
 }
 SEPARATE = {"staging_large", "staging_failure"}
+ARRAY = {"staging_array"}
+
+
+class LosesTheFirstTry(SlurmSubmitJobOperator):
+    """The first try dies as soon as its job is submitted, as a lost worker would (dag.test cannot SIGKILL
+    one; the standalone suite does): the second try must reattach to that job, not submit another."""
+
+    def _lost(self, context: Any, job_id: int) -> None:
+        if context["ti"].try_number == 1:
+            raise RuntimeError(f"worker lost while Slurm job {job_id} runs")
+
+    def _defer(self, context: Any, job_id: int) -> None:
+        self._lost(context, job_id)
+        super()._defer(context, job_id)
+
+    def _wait(self, context: Any, hook: SlurmJobApiHook, job_id: int) -> int:
+        self._lost(context, job_id)
+        return super()._wait(context, hook, job_id)
+
 
 for name, script in SCRIPTS.items():
     for mode in ("sync", "deferred"):
@@ -61,13 +96,16 @@ for name, script in SCRIPTS.items():
             catchup=False,
             params={"cwd": "/home/tester", "staging": "", "metadata": "", "storage": ""},
             render_template_as_native_obj=True,
+            default_args={"retries": 1, "retry_delay": timedelta(seconds=0)} if name == "staging_reattach" else {},
         ) as dag:
-            SlurmSubmitJobOperator(
+            operator = LosesTheFirstTry if name == "staging_reattach" else SlurmSubmitJobOperator
+            operator(
                 task_id="train",
                 script=script,
                 current_working_directory="{{ params.cwd }}",
                 standard_output="out-%j.txt" if name in SEPARATE else None,
                 standard_error="err-%j.txt" if name in SEPARATE else None,
+                array="0-2" if name in ARRAY else None,
                 environment={
                     "GCE_METADATA_HOST": "{{ params.metadata }}",
                     "STORAGE_EMULATOR_HOST": "{{ params.storage }}",

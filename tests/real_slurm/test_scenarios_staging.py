@@ -232,3 +232,45 @@ def test_a_staged_input_that_is_not_what_the_task_wrote_stops_the_job_before_its
     output = backend.host_path(job.standard_output).read_text()
     assert "the-script-ran" not in output
     assert f"slurmapi: cannot read {location.object_uri('call-1.json')}: it is not the object the task wrote" in output
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_an_arrays_tasks_each_stage_their_output_and_a_result_too_large_for_a_comment(
+    backend, fake_gcs, monkeypatch, capfd, mode
+):
+    ti, log = run(backend, fake_gcs, monkeypatch, capfd, f"staging_array_{mode}", f"array-{mode}")
+    assert state(ti) == "success", log[-3000:]
+    job_id = ti.xcom_pull(task_ids="train")
+    pad = "0" * DAGS_MODULE.ARRAY_PAD
+    assert ti.xcom_pull(task_ids="train", key="slurm_result") == {
+        f"{job_id}_{n}": {"task": n, "pad": pad} for n in range(3)
+    }
+    uris = ti.xcom_pull(task_ids="train", key="slurm_output_uri")
+    assert sorted(uris) == [f"{job_id}_{n}" for n in range(3)], uris
+    for n in range(3):
+        job_prefix = uris[f"{job_id}_{n}"].removeprefix(f"gs://{STAGING_BUCKET}/")
+        assert f"/try-1/{job_id}_{n}/run-" in f"/{job_prefix}", job_prefix
+        lines = [f"array task {n} line {i}" for i in (1, 2, 3)]
+        assert staged_stream(fake_gcs, job_prefix, "stdout").decode().splitlines() == lines
+        assert all(line in log for line in lines), log[-3000:]
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_later_try_reattaches_to_a_staged_job_and_reads_it_below_the_first_tries_prefix(
+    backend, fake_gcs, monkeypatch, capfd, mode
+):
+    """The first try dies once its job is submitted; the second finds the job (task_state_store on 3.3,
+    Slurm's records before), follows its output and reads its result where the job staged them: below the
+    prefix of the try that submitted it, not its own."""
+    ti, log = run(backend, fake_gcs, monkeypatch, capfd, f"staging_reattach_{mode}", f"reattach-{mode}")
+    assert state(ti) == "success" and ti.try_number == 2, log[-3000:]
+    job_id = ti.xcom_pull(task_ids="train")
+    assert f"Reattached to Slurm job {job_id} " in log, log[-3000:]
+    names = fake_gcs.objects(STAGING_BUCKET, f"reattach-{mode}/")
+    assert {name.split("/try-")[1].split("/")[1] for name in names} == {str(job_id)}, sorted(names)  # one job
+    assert all("/try-1/" in name for name in names), sorted(names)
+    uri = ti.xcom_pull(task_ids="train", key="slurm_output_uri")
+    assert f"/try-1/{job_id}/run-" in uri, uri
+    assert ti.xcom_pull(task_ids="train", key="slurm_result") == {"pad": "0" * DAGS_MODULE.ARRAY_PAD}
+    # the second try followed the running job: what it printed after the loss reached the log as it came
+    assert re.search(rf"\[{job_id} stdout\] after-the-loss", log), log[-3000:]
