@@ -296,6 +296,30 @@ class OutputFollower:
             found.extend((stream, line.decode("utf-8", "replace")) for line in complete)
         return found
 
+    def position(self) -> dict[str, Any] | None:
+        """Where the lines returned so far end: the run followed and, per stream, the offset just past the
+        last complete line (a JSON-able value, for :meth:`resume`); None before anything was listed."""
+        if self.current is None:
+            return None
+        offsets = {s: at - len(self.partial.get(s, b"")) for s, at in self.cursor.offsets.items()}
+        return {"job": self.job, "try": self.current[0], "run": self.current[1], "offsets": offsets}
+
+    def resume(self, position: Any) -> bool:
+        """Go on from a :meth:`position` an earlier follower of this job returned (a trigger that a
+        triggerer restart replaced): its lines are not returned again. False, and nothing changes, when
+        ``position`` is not one of this job's."""
+        if not isinstance(position, dict) or str(position.get("job")) != self.job:
+            return False
+        try:
+            current = (int(position["try"]), int(position["run"]))
+            offsets = {s: int(position["offsets"].get(s, 0)) for s in STREAMS}
+        except (KeyError, TypeError, ValueError, AttributeError):
+            return False
+        if any(at < 0 for at in offsets.values()):
+            return False
+        self.current, self.cursor, self.partial = current, StreamCursor(dict(offsets)), {}
+        return True
+
     def flush(self) -> list[tuple[str, str]]:
         """The lines still held without their end."""
         held = [(stream, data.decode("utf-8", "replace")) for stream, data in self.partial.items() if data]

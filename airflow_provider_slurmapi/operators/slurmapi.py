@@ -188,7 +188,8 @@ class SlurmSubmitJobOperator(SlurmApiHookMixin, BaseOperator):
     Slurm job id; also pushes ``slurm_job_id`` at submit time and
     ``slurm_job`` (state, exit code, elapsed, nodes, output paths) when the job ends, and
     ``slurm_published`` (for the job page: the job's comment and publication as this task's log masked
-    them, as fingerprints and masked copies) at both. For an array,
+    them, as fingerprints and masked copies) at both; with staging, deferred, its trigger keeps how far it
+    logged the job's output in ``slurm_stream_position``. For an array,
     ``slurm_job`` also holds ``tasks`` (one entry per task: ``display_id`` such as ``41_1``, state, exit
     code, output paths), ``array_task_count`` and ``array_tasks_completed``.
     """

@@ -206,16 +206,26 @@ class SlurmJobTrigger(BaseTrigger):
         return JobWatch(self.job_id, error_budget=self.error_budget, unknown_job_grace=self.unknown_job_grace)
 
     def _follower(self, hook: SlurmJobApiHook, job_id: str) -> Callable[[bool], Awaitable[None]] | None:
-        """With ``staging_uri``, what logs the job's newly staged output lines (``True``: the job ended)."""
+        """With ``staging_uri``, what logs the job's newly staged output lines (``True``: the job ended).
+
+        Run by a triggerer, it keeps how far it logged in the task instance's XCom
+        ``slurm_stream_position`` after each poll that logged lines: the trigger that replaces this one
+        after a triggerer restart goes on from there instead of logging the job's output again.
+        """
         if self.staging_uri is None or not job_id.isdigit():  # an array's tasks: their output at the end
             return None
         follower: storage.OutputFollower | None = None
+        positions = _StreamPositions.of(getattr(self, "task_instance", None))
 
         def lines(ended: bool) -> list[tuple[str, str]]:
             nonlocal follower
             if follower is None:
                 location = StagingLocation.of(self.staging_uri or "")
-                follower = storage.OutputFollower(hook.storage_client(), location, job_id)
+                created = storage.OutputFollower(hook.storage_client(), location, job_id)
+                saved = positions.load(self.log) if positions else None
+                if saved is not None and created.resume(saved):
+                    self.log.info("Following Slurm job %s's staged output from where the last trigger left it", job_id)
+                follower = created
             return follower.poll() + (follower.flush() if ended else [])
 
         async def follow(ended: bool) -> None:
@@ -226,6 +236,8 @@ class SlurmJobTrigger(BaseTrigger):
                 return
             for stream, line in found:
                 self.log.info("%s", redact(f"[{job_id} {stream}] {line}" if stream else line))
+            if found and positions and follower is not None and not ended:
+                await asyncio.to_thread(positions.save, follower.position(), self.log)
 
         return follow
 
@@ -298,6 +310,78 @@ class SlurmJobTrigger(BaseTrigger):
 
 # States in which a job has not run yet: nothing to read of its output.
 _NOT_STARTED = frozenset({"PENDING", "CONFIGURING"})
+# The task instance's XCom that keeps how far a deferred task's trigger logged its job's staged output.
+XCOM_STREAM_POSITION = "slurm_stream_position"
+
+
+class _StreamPositions:
+    """How far a trigger logged its job's staged output, kept in its task instance's XCom, so that the
+    trigger that replaces it after a triggerer restart does not log the same lines again.
+
+    Blocking (the XCom API): called in a worker thread. A failure to read or write is logged once and
+    only costs that guarantee: the output is followed all the same (it is in Cloud Storage whatever the
+    log holds, and the task reads its end there).
+    """
+
+    def __init__(self, dag_id: str, task_id: str, run_id: str, map_index: int, try_number: int) -> None:
+        self.where = {"dag_id": dag_id, "task_id": task_id, "run_id": run_id, "map_index": map_index}
+        self.try_number = try_number  # a position is this try's log's: a later try logs the output anew
+        self.saved: Any = None
+        self.failed = False
+
+    @classmethod
+    def of(cls, task_instance: Any) -> _StreamPositions | None:
+        """For the task instance a triggerer gave the trigger; None without one (``dag.test()`` before
+        Airflow 3 runs the trigger in the task's process, where nothing restarts it)."""
+        try:
+            return cls(
+                str(task_instance.dag_id),
+                str(task_instance.task_id),
+                str(task_instance.run_id),
+                int(task_instance.map_index if task_instance.map_index is not None else -1),
+                int(task_instance.try_number),
+            )
+        except (AttributeError, TypeError, ValueError):
+            return None
+
+    def load(self, log: Any) -> Any:
+        from airflow.providers.common.compat.sdk import XCom
+
+        try:
+            saved = XCom.get_one(key=XCOM_STREAM_POSITION, **self.where)
+        except Exception as err:
+            self._failed(log, "read", err)
+            return None
+        if not isinstance(saved, dict) or saved.get("task_try") != self.try_number:
+            return None
+        self.saved = saved
+        return {k: v for k, v in saved.items() if k != "task_try"}
+
+    def save(self, position: Any, log: Any) -> None:
+        from airflow.providers.common.compat.sdk import XCom
+
+        if position is not None:
+            position = {**position, "task_try": self.try_number}
+        if self.failed or position is None or position == self.saved:
+            return
+        try:
+            XCom.set(key=XCOM_STREAM_POSITION, value=position, **self.where)
+        except Exception as err:
+            self._failed(log, "keep", err)
+            return
+        self.saved = position
+
+    def _failed(self, log: Any, verb: str, err: Exception) -> None:
+        if not self.failed:
+            log.warning(
+                "Could not %s how far the job's output was logged (XCom %r: %s): after a triggerer restart "
+                "its lines may be logged again",
+                verb,
+                XCOM_STREAM_POSITION,
+                err,
+            )
+        self.failed = True
+
 
 # Cancels (of Slurm jobs) still going on after the trigger that started them was interrupted.
 _BACKGROUND: set[asyncio.Task[None]] = set()

@@ -147,6 +147,7 @@ def test_a_running_jobs_output_reaches_the_task_log_before_it_ends(backend, fake
     streamed = {at for at, line in timed if at and f"[{job_id} stdout] {DAGS_MODULE.LIVE_MARKER}" in line}
     done = {at for at, line in timed if at and f"[{job_id} stdout] done" in line}
     assert len(streamed) == 1 and len(done) == 1, log[-3000:]  # each line once
+    assert "how far the job's output was logged" not in log, log[-3000:]  # its position kept without a fault
     # the job sleeps 8 s after the line: it was in the log seconds before the job ended
     assert (ended - streamed.pop()).total_seconds() > 3, ended
 

@@ -3,10 +3,14 @@
 ``dag.test()`` runs a trigger in the task's own process, so only a real triggerer shows that what the trigger
 logs reaches the log a user reads (the REST API's, which the UI shows) on Airflow 3.3 and 2.11. The job
 prints ``LINES`` lines and then waits for the test to release it: the lines must be in the task's log while
-the task is deferred and the job still running, and once in the log of the whole try.
+the task is deferred and the job still running, and once in the log of the whole try, also when the
+triggerer was killed in between and another one took the trigger over.
 """
 
 from __future__ import annotations
+
+import re
+import signal
 
 import pytest
 
@@ -19,7 +23,8 @@ DAG_ID = "streaming_deferred"
 TASK = "train"
 
 
-def test_a_deferred_jobs_output_reaches_the_task_log_while_it_runs(standalone: Standalone):
+def start(standalone: Standalone) -> tuple[str, int, list[str]]:
+    """A run of the DAG, once its job's first lines are in the task's log: its id, the job's, the lines."""
     run_id = standalone.trigger(DAG_ID)
     standalone.wait_for_task(DAG_ID, run_id, TASK, ("deferred",))
 
@@ -35,6 +40,17 @@ def test_a_deferred_jobs_output_reaches_the_task_log_while_it_runs(standalone: S
         return log if all(line in log for line in lines) else None
 
     wait_for("the job's lines in the task's log", streamed, timeout=120, interval=1, log=standalone.log)
+    return run_id, job_id, lines
+
+
+def polls(standalone: Standalone, job_id: int) -> int:
+    """How often a trigger has asked the cluster for this job's state (the shared poller's batched GET)."""
+    polled = re.compile(rf"GET /slurm/\S+/jobs/state/\S*[?&]job_id={job_id}(&|\s|$)")
+    return sum(1 for line in standalone.emulator.log.read_text(errors="replace").splitlines() if polled.search(line))
+
+
+def test_a_deferred_jobs_output_reaches_the_task_log_while_it_runs(standalone: Standalone):
+    run_id, job_id, lines = start(standalone)
     # still running, still deferred: the lines came from the triggerer as the job printed them
     with standalone.emulator.client() as client:
         job = client.get_job(job_id)
@@ -50,3 +66,27 @@ def test_a_deferred_jobs_output_reaches_the_task_log_while_it_runs(standalone: S
     assert f"[{job_id} stdout] released" in log, log[-3000:]
     uri = standalone.xcom(DAG_ID, run_id, TASK, "slurm_output_uri")
     assert uri.startswith("gs://slurmapi-staging/standalone/") and uri.endswith(f"/{job_id}/run-0"), uri
+
+
+def test_a_triggerer_killed_mid_stream_leaves_no_line_logged_twice(standalone: Standalone):
+    """The trigger keeps how far it logged (XCom ``slurm_stream_position``); the one that replaces it after
+    the triggerer's SIGKILL goes on from there: each line is in the try's log once, none missing."""
+    run_id, job_id, lines = start(standalone)
+
+    def kept() -> bool:
+        position = standalone.xcom(DAG_ID, run_id, TASK, "slurm_stream_position")
+        return bool(position) and position["offsets"]["stdout"] > 0
+
+    wait_for("the trigger to keep its position", kept, timeout=60, log=standalone.log)
+    before = polls(standalone, job_id)
+    standalone.stop_triggerer(signal.SIGKILL)
+    standalone.start_triggerer()
+    # the new triggerer runs the trigger (after the dead one's heartbeat is old) and follows the job again
+    wait_for("a new trigger to poll the job", lambda: polls(standalone, job_id) > before, timeout=120)
+    assert standalone.task_instance(DAG_ID, run_id, TASK)["state"] == "deferred"
+
+    (standalone.emulator.host_path(WORKDIR) / f"release-{job_id}").touch()
+    assert standalone.wait_for_run(DAG_ID, run_id) == "success"
+    log = standalone.task_log(DAG_ID, run_id, TASK, 1)
+    for line in [*lines, f"[{job_id} stdout] released"]:
+        assert log.count(line) == 1, (line, log[-3000:])

@@ -65,6 +65,29 @@ def test_the_follower_gives_whole_lines_once_and_follows_a_requeued_job(client, 
     assert follower.flush() == [("stdout", "no newline")]
 
 
+def test_a_follower_resumed_from_anothers_position_gives_only_the_lines_after_it(client, fake_gcs):
+    """A trigger that replaces another (a triggerer restart) goes on where that one's lines ended: a line
+    it held without its end is read again whole, none is given twice."""
+    run = StagingLocation(STAGING_BUCKET, f"{TASK.prefix}/try-1").for_job("7", 0)
+    put(fake_gcs, run, chunk_name("stdout", 0), b"epoch 1\nepo")
+    first = storage.OutputFollower(client, TASK, "7")
+    assert first.position() is None  # nothing listed yet
+    assert first.poll() == [("stdout", "epoch 1")]
+    position = first.position()
+    assert position == {"job": "7", "try": 1, "run": 0, "offsets": {"stdout": 8, "stderr": 0}}
+    put(fake_gcs, run, chunk_name("stdout", 11), b"ch 2\n")
+    put(fake_gcs, run, chunk_name("stderr", 0), b"warn\n")
+
+    second = storage.OutputFollower(client, TASK, "7")
+    assert second.resume(position)
+    assert sorted(second.poll()) == [("stderr", "warn"), ("stdout", "epoch 2")]
+    # a position of another job, or not one at all, changes nothing
+    other = storage.OutputFollower(client, TASK, "7")
+    for bad in ({**position, "job": "8"}, {"job": "7"}, {**position, "offsets": {"stdout": -1}}, "7", None):
+        assert not other.resume(bad)
+    assert other.position() is None
+
+
 def test_a_tail_reads_the_last_lines_across_chunks(client, fake_gcs):
     run = StagingLocation(STAGING_BUCKET, f"{TASK.prefix}/try-2").for_job("9")
     text = "".join(f"line {i}\n" for i in range(100)).encode()
