@@ -288,9 +288,13 @@ class SlurmSubmitJobOperator(SlurmApiHookMixin, BaseOperator):
         """Render, then mask secret-looking environment values before Airflow stores or logs them."""
         super().render_template_fields(context, jinja_env)
         self._ti = context["ti"]  # so that on_kill finds this try's job in any process of the try
-        job_env = self.job.get("environment") if isinstance(self.job, Mapping) else None
-        for value in secret_values(self.environment) + secret_values(job_env):
+        for value in self._secret_values():
             mask_secret(value)
+
+    def _secret_values(self) -> list[str]:
+        """The job's secret-looking environment values (masked in the task's log)."""
+        job_env = self.job.get("environment") if isinstance(self.job, Mapping) else None
+        return secret_values(self.environment) + secret_values(job_env)
 
     def job_fields(self, dag_id: str, task_id: str) -> dict[str, Any]:
         """The Slurm job fields: convenience arguments first, then ``job`` on top."""
@@ -481,6 +485,7 @@ class SlurmSubmitJobOperator(SlurmApiHookMixin, BaseOperator):
                 cancel_on_kill=self.cancel_on_kill,
                 read_results=self.publish_results,
                 staging_uri=staged.uri if (staged := self._task_instance_staging(context)) else None,
+                masked=self._secret_values() if staged else None,
             ),
             method_name="execute_complete",
         )

@@ -30,7 +30,11 @@ from typing import Annotated, Any, TypeVar
 
 from airflow.api_fastapi.app import get_auth_manager
 from airflow.api_fastapi.auth.managers.models.base_user import BaseUser
-from airflow.api_fastapi.auth.managers.models.resource_details import ConnectionDetails, DagDetails
+from airflow.api_fastapi.auth.managers.models.resource_details import (
+    ConnectionDetails,
+    DagAccessEntity,
+    DagDetails,
+)
 from airflow.api_fastapi.core_api.security import get_user
 from airflow.models.connection import Connection
 from airflow.models.dag import DagModel
@@ -51,7 +55,7 @@ from airflow_provider_slurmapi.api.jobs import SlurmJob
 from airflow_provider_slurmapi.api.versions import check_job_id
 from airflow_provider_slurmapi.api.watch import within
 from airflow_provider_slurmapi.hooks.slurmapi import SlurmJobApiHook
-from airflow_provider_slurmapi.plugins import render
+from airflow_provider_slurmapi.plugins import output, render
 from airflow_provider_slurmapi.plugins.job_view import JobView, listed, merge_listing
 from airflow_provider_slurmapi.plugins.urls import DEFAULT_CONN_ID, PAGES_PREFIX, base_path
 
@@ -188,8 +192,9 @@ def _close(hook: SlurmJobApiHook) -> None:
         client.close()
 
 
-def may_read_dag(user: BaseUser, dag_id: str | None) -> bool:
-    """Whether ``user`` may read the DAG ``dag_id`` (``None``: every DAG), as the auth manager says."""
+def may_read_dag(user: BaseUser, dag_id: str | None, access_entity: DagAccessEntity | None = None) -> bool:
+    """Whether ``user`` may read the DAG ``dag_id`` (``None``: every DAG), or with ``access_entity`` that
+    part of it (e.g. its task logs), as the auth manager says."""
     details = None
     if dag_id is not None:
         team = None
@@ -202,7 +207,9 @@ def may_read_dag(user: BaseUser, dag_id: str | None) -> bool:
             details = DagDetails(id=dag_id, team_name=team)
         except TypeError:  # Airflow without teams
             details = DagDetails(id=dag_id)
-    return bool(get_auth_manager().is_authorized_dag(method="GET", details=details, user=user))
+    return bool(
+        get_auth_manager().is_authorized_dag(method="GET", access_entity=access_entity, details=details, user=user)
+    )
 
 
 def require_some_dag_access(user: BaseUser) -> None:
@@ -332,25 +339,63 @@ def _recorded(ref: TaskRef | None) -> Any:
         return None
 
 
-def _job_page(user: BaseUser, job_id: str, conn_id: str, pages_root: str) -> HTMLResponse:
+def _logged_output(user: BaseUser, ref: TaskRef | None, job_id: str) -> output.LoggedOutput | None:
+    """The job's output as its task logged it, for users who may read that DAG's task logs."""
+    dag_id = _access_dag_id(ref)
+    if ref is None or dag_id is None or not may_read_dag(user, dag_id, DagAccessEntity.TASK_LOGS):
+        return None
+    return output.logged_output(ref, job_id)
+
+
+def _read_job(user: BaseUser, job_id: str, conn_id: str, notes: list[str] | None = None) -> tuple[SlurmJob, SlurmJob]:
+    """The queue's record of the job, checked against ``user`` before anything else is asked, and (with
+    ``notes``) accounting's final word on a job that ended (else the queue's record again)."""
     require_some_dag_access(user)
     hook = _hook(_check_conn_id(conn_id), user)
-    notes: list[str] = []
     try:
         try:
             queued = hook.get_job(job_id)
         except SlurmJobNotFoundError:
             raise HTTPException(404, f"Slurm knows no job {job_id} on connection {conn_id!r}.") from None
         _require_access(user, queued)  # before anything else is asked about the job
-        job = _finished_from_accounting(hook, queued, notes)
+        job = _finished_from_accounting(hook, queued, notes) if notes is not None else queued
     except SlurmJobApiError as err:
         raise HTTPException(502, f"Slurm could not be read through connection {conn_id!r}: {err}") from None
     finally:
         _close(hook)
+    return queued, job
+
+
+def _output_page(user: BaseUser, job_id: str, conn_id: str, page: int, pages_root: str) -> HTMLResponse:
+    job, _ = _read_job(user, job_id, conn_id)
+    ref = parse_tag(job.comment)
+    dag_id = _access_dag_id(ref)
+    if dag_id is None or not may_read_dag(user, dag_id, DagAccessEntity.TASK_LOGS):
+        raise HTTPException(403, "Forbidden: the output is shown from the task's log, which you may not read.")
+    logged = output.logged_output(ref, job.display_id) if ref is not None else None
+    query = f"?conn_id={conn_id}" if conn_id != DEFAULT_CONN_ID else ""
+    return _html(
+        render.render_output_page(
+            job,
+            logged,
+            page=page,
+            conn_id=conn_id,
+            job_url=f"{pages_root}/jobs/{job.display_id}{query}",
+            output_url=f"{pages_root}/jobs/{job.display_id}/output?conn_id={conn_id}",
+            list_url=f"{pages_root}/jobs{query}",
+            ui_root=_ui_root(),
+        )
+    )
+
+
+def _job_page(user: BaseUser, job_id: str, conn_id: str, pages_root: str) -> HTMLResponse:
+    notes: list[str] = []
+    queued, job = _read_job(user, job_id, conn_id, notes)
     if job is not queued:
         _require_access(user, job)  # the record shown is the one whose DAG the user must be able to read
     list_url = f"{pages_root}/jobs" + (f"?conn_id={conn_id}" if conn_id != DEFAULT_CONN_ID else "")
-    recorded = _recorded(parse_tag(job.comment) or parse_tag(queued.comment))
+    ref = parse_tag(job.comment) or parse_tag(queued.comment)
+    recorded = _recorded(ref)
     return _html(
         render.render_job_page(
             JobView.build(job, queue_record=queued if queued is not job else None, recorded=recorded),
@@ -359,8 +404,18 @@ def _job_page(user: BaseUser, job_id: str, conn_id: str, pages_root: str) -> HTM
             ui_root=_ui_root(),
             list_url=list_url,
             notes=notes,
+            logged=_logged_output(user, ref, job.display_id),
+            output_url=f"{pages_root}/jobs/{job.display_id}/output?conn_id={conn_id}",
         )
     )
+
+
+def _job_id(job_id: str) -> str:
+    """A job id from the URL, in Slurm's spelling; 404 for anything else."""
+    try:
+        return check_job_id(job_id)
+    except SlurmJobApiError:
+        raise HTTPException(404, f"{job_id!r} is not a Slurm job id.") from None
 
 
 def create_app() -> FastAPI:
@@ -409,12 +464,20 @@ def create_app() -> FastAPI:
         conn_id: ConnIdQuery = DEFAULT_CONN_ID,
     ) -> HTMLResponse:
         """One job: state and reason, timeline, exit, placement, resources, paths, its task, raw record."""
-        try:
-            job_id = check_job_id(job_id)
-        except SlurmJobApiError:
-            raise HTTPException(404, f"{job_id!r} is not a Slurm job id.") from None
-        pages_root = _pages_root(request)
+        job_id, pages_root = _job_id(job_id), _pages_root(request)
         return await loads.run(lambda: _job_page(user, job_id, conn_id, pages_root))
+
+    @app.get("/jobs/{job_id}/output", response_class=HTMLResponse, name="job_output")
+    async def job_output(
+        request: Request,
+        job_id: str,
+        user: UserDep,
+        conn_id: ConnIdQuery = DEFAULT_CONN_ID,
+        page: Annotated[int, Query(ge=1, le=10**6, description="the page, from 1")] = 1,
+    ) -> HTMLResponse:
+        """The job's whole output as its task logged it, ``output.PAGE_LINES`` lines a page."""
+        job_id, pages_root = _job_id(job_id), _pages_root(request)
+        return await loads.run(lambda: _output_page(user, job_id, conn_id, page, pages_root))
 
     return app
 

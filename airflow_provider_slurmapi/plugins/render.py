@@ -31,9 +31,18 @@ def _now() -> str:
 
 
 def render_job_page(
-    view: JobView, *, conn_id: str, pages_root: str, ui_root: str, list_url: str, notes: list[str] | None = None
+    view: JobView,
+    *,
+    conn_id: str,
+    pages_root: str,
+    ui_root: str,
+    list_url: str,
+    notes: list[str] | None = None,
+    logged: Any = None,
+    output_url: str = "",
 ) -> str:
-    """The page of one job."""
+    """The page of one job; ``logged``: its output as its task logged it (``output.LoggedOutput``), whose
+    last lines it shows, with a link to the whole output at ``output_url``."""
     template = _env().get_template("job.html")
     return template.render(
         view=view,
@@ -46,6 +55,34 @@ def render_job_page(
         refresh=LIVE_REFRESH_SECONDS if view.live else None,
         notes=notes or [],
         rendered_at=_now(),
+        logged=logged,
+        output_url=output_url,
+    )
+
+
+def render_output_page(
+    job: Any, logged: Any, *, page: int, conn_id: str, job_url: str, output_url: str, list_url: str, ui_root: str
+) -> str:
+    """One page of a job's whole output as its task logged it (``logged``: ``output.LoggedOutput`` or None)."""
+    pages = logged.pages if logged is not None else 1
+    page = min(max(1, page), pages)
+    return (
+        _env()
+        .get_template("output.html")
+        .render(
+            job=job,
+            logged=logged,
+            lines=logged.page(page) if logged is not None else [],
+            page=page,
+            pages=pages,
+            conn_id=conn_id,
+            job_url=job_url,
+            output_url=output_url,
+            list_url=list_url,
+            ui_root=ui_root,
+            refresh=LIVE_REFRESH_SECONDS if not job.state.is_terminal and page == pages else None,
+            rendered_at=_now(),
+        )
     )
 
 

@@ -52,6 +52,10 @@ class SlurmJobTrigger(BaseTrigger):
     :param staging_uri: the task instance's staging prefix (the operator's, with ``staging_uri`` set):
         while the job runs, each poll logs the lines it staged since the last one (one listing of that
         prefix, then only the new chunks, read in a worker thread; no Slurm call). None: nothing is read.
+    :param masked: values the task's log masks that the job may print (the operator passes its job's
+        secret-looking environment values): the output lines the trigger logs show them as ``***``, as
+        the worker's log does (a triggerer's masker knows only its own secrets). Airflow stores a
+        trigger's arguments encrypted, as it stores connections.
 
     The event's payload: ``status`` (success, failed, reached, timeout, error), ``job_id``, ``message``
     and ``job`` (the job summary, when one was read). An array's id waits for every task: ``job`` is the
@@ -72,6 +76,7 @@ class SlurmJobTrigger(BaseTrigger):
         unknown_job_grace: float = UNKNOWN_JOB_GRACE,
         read_results: bool = False,
         staging_uri: str | None = None,
+        masked: Sequence[str] | None = None,
     ) -> None:
         super().__init__()
         self.job_id = job_id
@@ -85,6 +90,7 @@ class SlurmJobTrigger(BaseTrigger):
         self.cancel_on_kill = bool(cancel_on_kill)
         self.read_results = bool(read_results)
         self.staging_uri = staging_uri or None
+        self.masked = sorted({str(v) for v in masked or () if v}, key=len, reverse=True)
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
@@ -101,6 +107,7 @@ class SlurmJobTrigger(BaseTrigger):
                 "unknown_job_grace": self.unknown_job_grace,
                 "read_results": self.read_results,
                 "staging_uri": self.staging_uri,
+                "masked": self.masked,
             },
         )
 
@@ -235,11 +242,17 @@ class SlurmJobTrigger(BaseTrigger):
                 self.log.warning("Could not read Slurm job %s's staged output: %s", job_id, err)
                 return
             for stream, line in found:
-                self.log.info("%s", redact(f"[{job_id} {stream}] {line}" if stream else line))
+                self.log.info("%s", redact(self._mask(f"[{job_id} {stream}] {line}" if stream else line)))
             if found and positions and follower is not None and not ended:
                 await asyncio.to_thread(positions.save, follower.position(), self.log)
 
         return follow
+
+    def _mask(self, text: str) -> str:
+        """``text`` with each of ``masked`` (longest first) as ``***``."""
+        for value in self.masked:
+            text = text.replace(value, "***")
+        return text
 
     async def _wait(
         self, poller: SharedJobPoller, job_id: str, follow: Callable[[bool], Awaitable[None]] | None = None

@@ -14,8 +14,9 @@ import signal
 
 import pytest
 
-from tests.harness.standalone import Standalone, wait_for
-from tests.standalone.dags.streaming_dags import LINES, MARKER, WORKDIR
+from airflow_provider_slurmapi.plugins.output import PAGE_LINES
+from tests.harness.standalone import NOBODY_PASSWORD, NOBODY_USER, Standalone, wait_for
+from tests.standalone.dags.streaming_dags import BULK, LINES, MARKER, SECRET, WORKDIR
 
 pytestmark = pytest.mark.standalone
 
@@ -56,6 +57,15 @@ def test_a_deferred_jobs_output_reaches_the_task_log_while_it_runs(standalone: S
         job = client.get_job(job_id)
     assert job.state.base == "RUNNING", job.describe_state()
     assert standalone.task_instance(DAG_ID, run_id, TASK)["state"] == "deferred"
+    if standalone.major >= 3:  # the job's page shows them live, as the task's log does
+        admin = standalone.session()
+
+        def shown() -> str | None:  # (a page load that took too long on a busy machine answers 504)
+            page = admin.get(f"{standalone.url}/slurmapi/jobs/{job_id}", timeout=30)
+            return page.text if page.status_code == 200 and 'id="logged-tail"' in page.text else None
+
+        text = str(wait_for("the job's page to show its output", shown, timeout=60, log=standalone.log))
+        assert "Live: the last lines" in text and "stdout</span>" in text and SECRET not in text
 
     release = standalone.emulator.host_path(WORKDIR) / f"release-{job_id}"
     release.touch()
@@ -64,8 +74,33 @@ def test_a_deferred_jobs_output_reaches_the_task_log_while_it_runs(standalone: S
     for line in lines:
         assert log.count(line) == 1, (line, log[-3000:])
     assert f"[{job_id} stdout] released" in log, log[-3000:]
+    assert f"[{job_id} stdout] token is ***" in log and SECRET not in log
     uri = standalone.xcom(DAG_ID, run_id, TASK, "slurm_output_uri")
     assert uri.startswith("gs://slurmapi-staging/standalone/") and uri.endswith(f"/{job_id}/run-0"), uri
+    if standalone.major >= 3:
+        assert_the_pages_show_the_output_as_the_log_does(standalone, job_id)
+
+
+def assert_the_pages_show_the_output_as_the_log_does(standalone: Standalone, job_id: int) -> None:
+    """The job's page (its last lines) and its output pages (all of them, paged), masked as the log is; a
+    user who may not read the DAG's task logs gets none of it."""
+    admin = standalone.session()
+    total = 1 + LINES + BULK + 1  # the token line, the marked lines, the bulk, "released"
+    url = f"{standalone.url}/slurmapi/jobs/{job_id}/output"
+    first = admin.get(url, timeout=30)
+    assert first.status_code == 200, first.text[-2000:]
+    assert f"{total} lines, page 1 of 2" in first.text and 'id="next"' in first.text, first.text[:3000]
+    assert "token is ***" in first.text and SECRET not in first.text
+    assert "     1 stdout</span> token is ***" in first.text
+    assert f"{PAGE_LINES:6d} stdout</span> bulk {PAGE_LINES - 1 - LINES}" in first.text
+    second = admin.get(url, params={"page": 2}, timeout=30)
+    assert f"{total:6d} stdout</span> released" in second.text and 'id="previous"' in second.text
+    assert "bulk 1\n" not in second.text  # only its own lines
+    page = admin.get(f"{standalone.url}/slurmapi/jobs/{job_id}", timeout=30)
+    assert f"The whole output, {total} lines, paged" in page.text and "released" in page.text
+    assert SECRET not in page.text
+    nobody = standalone.session(NOBODY_USER, NOBODY_PASSWORD)
+    assert nobody.get(url, timeout=30).status_code == 403
 
 
 def test_a_triggerer_killed_mid_stream_leaves_no_line_logged_twice(standalone: Standalone):

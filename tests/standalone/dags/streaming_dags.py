@@ -17,9 +17,13 @@ WORKDIR = "/home/airflow/streaming"
 STAGING_URI = "gs://slurmapi-staging/standalone"  # the bucket the suite's fake-gcs-server holds
 MARKER = "streamed-line"
 LINES = 3
+BULK = 600  # more lines than a page of the job page's whole output holds
+SECRET = "s3cr3t-streamed-5e7a"  # an environment entry Airflow masks (API_TOKEN): masked in the log and pages
 GIVE_UP_SECONDS = 600
 SCRIPT = f"""#!/bin/bash
+echo "token is $API_TOKEN"
 for i in $(seq {LINES}); do echo "{MARKER} $i"; done
+for i in $(seq {BULK}); do echo "bulk $i"; done
 for _ in $(seq {GIVE_UP_SECONDS * 2}); do
   [ -e "release-$SLURM_JOB_ID" ] && echo released && exit 0
   sleep 0.5
@@ -40,6 +44,7 @@ with DAG(
         script=SCRIPT,
         current_working_directory=WORKDIR,
         staging_uri=STAGING_URI,
+        environment={"API_TOKEN": SECRET},
         output_interval=1,
         poll_interval=1,
         deferrable=True,
