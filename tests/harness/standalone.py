@@ -419,6 +419,20 @@ class Standalone:
         what = f"{dag_id}.{task_id} in {run_id} to be {' or '.join(states)}"
         return dict(wait_for(what, reached, timeout=timeout, log=self.log))
 
+    def wait_for_worker_exit(self, dag_id: str, run_id: str, task_id: str, try_number: int = 1) -> None:
+        """Wait until the scheduler has read the executor's event of the try's worker process (a deferred
+        task's worker exits when it defers). Airflow 3.3 marks a deferred task failed when its trigger
+        fires and the task is queued again before the scheduler has read that event (apache/airflow#72716):
+        a test that ends a job within seconds of its deferral waits for this first."""
+        key = f"TaskInstanceKey(dag_id='{dag_id}', task_id='{task_id}', run_id='{run_id}', try_number={try_number},"
+        seen = f"Received executor event with state success for task instance {key}"
+        wait_for(
+            f"the scheduler to read the exit of {dag_id}.{task_id}'s worker",
+            lambda: seen in self.log.read_text(errors="replace"),
+            timeout=120,
+            log=self.log,
+        )
+
     def set_task_state(self, dag_id: str, run_id: str, task_id: str, state: str) -> None:
         """Mark a task instance ``failed``/``success``, as the UI's buttons do (PATCH on the REST API)."""
         body: dict[str, Any] = {"new_state": state} if self.major >= 3 else {"new_state": state, "dry_run": False}

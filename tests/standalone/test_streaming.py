@@ -67,6 +67,7 @@ def test_a_deferred_jobs_output_reaches_the_task_log_while_it_runs(standalone: S
         text = str(wait_for("the job's page to show its output", shown, timeout=60, log=standalone.log))
         assert "Live: the last lines" in text and "stdout</span>" in text and SECRET not in text
 
+    standalone.wait_for_worker_exit(DAG_ID, run_id, TASK)
     release = standalone.emulator.host_path(WORKDIR) / f"release-{job_id}"
     release.touch()
     assert standalone.wait_for_run(DAG_ID, run_id) == "success"
@@ -120,6 +121,7 @@ def test_a_triggerer_killed_mid_stream_leaves_no_line_logged_twice(standalone: S
     wait_for("a new trigger to poll the job", lambda: polls(standalone, job_id) > before, timeout=120)
     assert standalone.task_instance(DAG_ID, run_id, TASK)["state"] == "deferred"
 
+    standalone.wait_for_worker_exit(DAG_ID, run_id, TASK)
     (standalone.emulator.host_path(WORKDIR) / f"release-{job_id}").touch()
     assert standalone.wait_for_run(DAG_ID, run_id) == "success"
     log = standalone.task_log(DAG_ID, run_id, TASK, 1)
