@@ -251,6 +251,17 @@ def _read_staged_one(
     return reading
 
 
+# How a task logs a line of its job's output while it follows it (the worker's wait and the trigger), and how
+# the job page finds those lines again in the task's log.
+LOGGED_LINE = re.compile(r"\[(?P<job>[0-9]+(?:_[0-9]+)?) (?P<stream>stdout|stderr)\] (?P<text>.*)", re.DOTALL)
+
+
+def logged_line(job: str, stream: str, line: str) -> str:
+    """A followed line as the task logs it: ``[42 stdout] text``; a note of the follower's (no stream) as
+    it is."""
+    return f"[{job} {stream}] {line}" if stream else line
+
+
 class OutputFollower:
     """Follows one job's staged output while it runs: each :meth:`poll` makes one listing of the task
     instance's prefix, finds the job's newest run there (whichever try submitted it; a requeued job

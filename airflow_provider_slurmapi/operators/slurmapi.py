@@ -517,7 +517,7 @@ class SlurmSubmitJobOperator(SlurmApiHookMixin, BaseOperator):
                 self.log.warning("Could not read Slurm job %s's staged output: %s", job.display_id, err)
                 return
             for stream, line in lines:
-                self.log.info("%s", redact(f"[{job.display_id} {stream}] {line}" if stream else line))
+                self.log.info("%s", redact(storage.logged_line(job.display_id, stream, line)))
 
         return follow
 

@@ -13,7 +13,6 @@ Imported only by the API server (through the plugin).
 from __future__ import annotations
 
 import logging
-import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -23,14 +22,13 @@ from airflow.models.taskinstancehistory import TaskInstanceHistory
 from airflow.utils.session import create_session
 
 from airflow_provider_slurmapi.api.identity import TaskRef
+from airflow_provider_slurmapi.api.storage import LOGGED_LINE
 
 log = logging.getLogger(__name__)
 
 # Lines per page of the full output, and of the live tail on the job's page.
 PAGE_LINES = 500
 TAIL_LINES = 50
-# How a task log names a line of its job's output (the operator's follower and the trigger write it so).
-_LOGGED = re.compile(r"\[(?P<job>[0-9]+(?:_[0-9]+)?) (?P<stream>stdout|stderr)\] (?P<text>.*)", re.DOTALL)
 
 
 @dataclass(frozen=True)
@@ -63,7 +61,7 @@ def job_lines(messages: Iterable[Any], job_id: str) -> list[tuple[str, str]]:
         if not isinstance(event, str):
             continue
         for piece in event.splitlines() or [""]:
-            matched = _LOGGED.fullmatch(piece)
+            matched = LOGGED_LINE.fullmatch(piece)
             if matched is not None and matched.group("job") == job_id:
                 found.append((matched.group("stream"), matched.group("text")))
     return found

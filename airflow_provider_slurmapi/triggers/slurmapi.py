@@ -242,7 +242,7 @@ class SlurmJobTrigger(BaseTrigger):
                 self.log.warning("Could not read Slurm job %s's staged output: %s", job_id, err)
                 return
             for stream, line in found:
-                self.log.info("%s", redact(self._mask(f"[{job_id} {stream}] {line}" if stream else line)))
+                self.log.info("%s", redact(self._mask(storage.logged_line(job_id, stream, line))))
             if found and positions and follower is not None and not ended:
                 await asyncio.to_thread(positions.save, follower.position(), self.log)
 

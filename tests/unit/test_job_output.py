@@ -51,3 +51,14 @@ def test_the_trigger_masks_the_values_the_task_masks_in_the_lines_it_logs():
     assert trigger.serialize()[1]["masked"] == ["abcdef", "abc"]
     assert trigger._mask("token=abcdef short=abc") == "token=*** short=***"
     assert SlurmJobTrigger(job_id=1).serialize()[1]["masked"] == []
+
+
+def test_the_page_finds_each_line_as_the_worker_and_the_trigger_log_it():
+    from airflow_provider_slurmapi.api.storage import logged_line
+
+    logged = [
+        logged_line("42", "stdout", "loss=0.1 [x] y"),
+        logged_line("42", "", "requeued"),
+        logged_line("42", "stderr", ""),
+    ]
+    assert job_lines(logged, "42") == [("stdout", "loss=0.1 [x] y"), ("stderr", "")]
