@@ -247,6 +247,7 @@ def wrap_script(
     output_interval: int = DEFAULT_OUTPUT_INTERVAL,
     try_number: int = 1,
     inputs: Sequence[StagedInput] = (),
+    staging_root: StagingLocation | None = None,
 ) -> str:
     """The batch script that runs ``script`` unchanged and then publishes (see the module's docstring).
 
@@ -255,11 +256,13 @@ def wrap_script(
     location of try ``try_number``, :meth:`StagingLocation.for_task`) the job also stages its output every
     ``output_interval`` seconds and its result at its end (:mod:`airflow_provider_slurmapi.api.staging`), and
     publishes with :data:`MARK_STAGED` a report of it; without, the wrapper is what it was before staging.
+    With ``staging_root`` (the location ``staging`` is below) it announces each chunk it stores there
+    (:func:`~airflow_provider_slurmapi.api.staging.announcement_name`).
     """
     body = script if script.endswith("\n") else script + "\n"
     end = "SLURMAPI_SCRIPT_END_" + hashlib.sha256(body.encode()).hexdigest()[:16]
     stager, stager_end = (
-        stager_script(staging, output_interval, try_number, inputs) if staging is not None else ("", "")
+        stager_script(staging, output_interval, try_number, inputs, staging_root) if staging is not None else ("", "")
     )
     return _WRAPPER.format(
         head=_quote(comment),

@@ -12,6 +12,16 @@ it runs: an array task names itself ``<array>_<task>``)::
 ``run-<r>`` is Slurm's restart count (``$SLURM_RESTART_COUNT``): a requeued job runs its script again,
 under the same id, and writes its output afresh.
 
+After each chunk it stores, the job announces it with an empty object under the staging location's
+``.changes/`` folder, named by the time (in whole seconds of the node's clock) and the chunk's name below
+the location::
+
+    gs://BUCKET/PREFIX/.changes/<epoch seconds, 10 digits>/<dag_id>/.../run-<r>/stdout/000000000000
+
+So one listing of ``.changes/`` from a recent time on (``startOffset``) tells a triggerer which chunks are
+new for every job it follows under that location (:class:`ChangeFeed`), however many jobs it follows and
+however long they have run: a triggerer reads only what is new, not a listing per job per tick.
+
 Each path component made from the task instance is percent-quoted past ``[A-Za-z0-9._-]``, so a run id's
 ``:`` and ``+`` or a ``/`` never change the layout. No Airflow imports; no I/O.
 
@@ -46,6 +56,9 @@ CHUNK_DIGITS = 12
 # so the longest name (512 + 3 x 114 + map index, try, an array task's id, "stdout/000001") stays below it.
 OBJECT_NAME_LIMIT = 1024
 PREFIX_LIMIT = 512
+# The folder of the announcements below the staging location, and the digits of their time.
+CHANGES = ".changes"
+EPOCH_DIGITS = 10
 COMPONENT_LIMIT = 114
 _BUCKET_PART = re.compile(r"[a-z0-9](?:[a-z0-9_-]{0,61}[a-z0-9])?")
 _BUCKET_CHARS = re.compile(r"[a-z0-9._-]+")
@@ -119,6 +132,26 @@ def chunk_name(stream: str, offset: int) -> str:
     if stream not in STREAMS or not 0 <= offset < 10**CHUNK_DIGITS:
         raise ValueError(f"no chunk of {stream!r} at {offset}")
     return f"{stream}/{offset:0{CHUNK_DIGITS}d}"
+
+
+def announcement_name(root: StagingLocation, epoch: int, chunk_object: str) -> str:
+    """The object name that announces the chunk ``chunk_object`` (a full object name below ``root``'s
+    prefix), stored at ``epoch`` (seconds)."""
+    below = root.object_name("")
+    if not chunk_object.startswith(below) or not 0 <= epoch < 10**EPOCH_DIGITS:
+        raise ValueError(f"no announcement of {chunk_object!r} at {epoch} below {root.uri}")
+    return root.object_name(f"{CHANGES}/{epoch:0{EPOCH_DIGITS}d}/{chunk_object[len(below) :]}")
+
+
+def parse_announcement(root: StagingLocation, name: str) -> tuple[int, str] | None:
+    """``(epoch, chunk object name)`` of an announcement's object name below ``root``; None for any other."""
+    head = root.object_name(f"{CHANGES}/")
+    if not name.startswith(head):
+        return None
+    digits, _, below = name[len(head) :].partition("/")
+    if len(digits) != EPOCH_DIGITS or not digits.isdigit() or parse_chunk("/".join(below.split("/")[-2:])) is None:
+        return None
+    return int(digits), root.object_name(below)
 
 
 def parse_chunk(name: str) -> tuple[str, int] | None:
@@ -268,6 +301,10 @@ __sa_sb=@BUCKET@
 __sa_sn=@NAME@
 __sa_sq=@NAME_Q@
 __sa_every=@EVERY@
+__sa_cn=@CHANGES@
+__sa_cq=@CHANGES_Q@
+__sa_rel=@REL@
+__sa_rq=@REL_Q@
 __sa_run=${SLURM_RESTART_COUNT:-0}
 case $__sa_run in '' | *[!0-9]*) __sa_run=0 ;; esac
 __sa_sd=$__sa_dir/stage
@@ -288,7 +325,9 @@ __sa_merged=0
 __sa_es=0/0
 [ "$__sa_merged" = 0 ] || __sa_es=merged
 printf 'try=@TRY@;run=%s;stdout=0/0;stderr=%s;result=none;error=' "$__sa_run" "$__sa_es" > "$__sa_sd/staged"
-__sa_why() { printf '%s' "$1" | tr -d '\000-\037\177;' | head -c 200 > "$__sa_sd/error"; }
+: > "$__sa_sd/empty"
+__sa_quiet=
+__sa_why() { [ -n "$__sa_quiet" ] || printf '%s' "$1" | tr -d '\000-\037\177;' | head -c 200 > "$__sa_sd/error"; }
 __sa_token() {
     if [ -n "$__sa_curl" ]; then
         "$__sa_curl" -sS --max-time @SECONDS@ -H 'Metadata-Flavor: Google' -o "$__sa_sd/token" "$__sa_md" \
@@ -349,23 +388,40 @@ SLURMAPI_PY
         "$(tail -n 1 "$__sa_sd/err")"
     return 1
 }
-# __sa_put FILE NAME: FILE as the object NAME of this run, only where there is none yet.
-# Returns 0 when stored, 2 when an object of that name is there already, 1 when it failed.
-__sa_put() {
-    __n=$__sa_sn/$__sa_job/run-$__sa_run/$2
+# __sa_store FILE NAME QUOTED: FILE as the object NAME (QUOTED: NAME percent-quoted), only where there is
+# none yet. Returns 0 when stored, 2 when an object of that name is there already, 1 when it failed.
+__sa_store() {
     if [ -n "$__sa_gcloud" ]; then
-        "$__sa_gcloud" storage cp --if-generation-match=0 "$1" "gs://$__sa_sb/$__n" >/dev/null 2>"$__sa_sd/err" &&
+        "$__sa_gcloud" storage cp --if-generation-match=0 "$1" "gs://$__sa_sb/$2" >/dev/null 2>"$__sa_sd/err" &&
             return 0
         grep -qi 'precondition' "$__sa_sd/err" && return 2
         __sa_why "gcloud storage cp: $(tail -n 1 "$__sa_sd/err")"
         return 1
     fi
     __sa_token || return 1
-    __q=$__sa_sq%2F$__sa_job%2Frun-$__sa_run%2F$(printf '%s' "$2" | sed 's|/|%2F|g')
-    __sa_http POST "$__sa_gcs/upload/storage/v1/b/$__sa_sb/o?uploadType=media&ifGenerationMatch=0&name=$__q" "$1" &&
+    __sa_http POST "$__sa_gcs/upload/storage/v1/b/$__sa_sb/o?uploadType=media&ifGenerationMatch=0&name=$3" "$1" &&
         return 0
     [ "$__sa_code" != 412 ] || return 2
     return 1
+}
+# __sa_put FILE NAME: FILE as the object NAME of this run (see __sa_store).
+__sa_put() {
+    __sa_store "$1" "$__sa_sn/$__sa_job/run-$__sa_run/$2" \
+        "$__sa_sq%2F$__sa_job%2Frun-$__sa_run%2F$(printf '%s' "$2" | sed 's|/|%2F|g')"
+}
+# __sa_announce NAME: an empty object .changes/<epoch>/<the chunk NAME of this run> below the staging
+# location, which tells a triggerer that follows many jobs what is new in one listing. Its failure is not
+# the staging's: the chunk is staged, and a triggerer reads it at the latest when the job ends.
+__sa_announce() {
+    [ -n "$__sa_cn" ] || return 0
+    __e=$(date +%s 2>/dev/null)
+    case $__e in '' | *[!0-9]*) return 0 ;; esac
+    __e=$(printf '%010d' "$__e")
+    __sa_quiet=1
+    __sa_store "$__sa_sd/empty" "$__sa_cn/$__e/$__sa_rel/$__sa_job/run-$__sa_run/$1" \
+        "$__sa_cq%2F$__e%2F$__sa_rq%2F$__sa_job%2Frun-$__sa_run%2F$(printf '%s' "$1" | sed 's|/|%2F|g')"
+    __sa_quiet=
+    return 0
 }
 # __sa_size NAME: the size of the object NAME of this run (after a 412: a cut upload that had landed)
 __sa_size() {
@@ -402,6 +458,7 @@ __sa_stream() {
         *) return 1 ;;
         esac
         echo "$__off" > "$__sa_sd/$1.off"
+        __sa_announce "$__name"
     done
 }
 __sa_streams() {
@@ -505,12 +562,27 @@ def _inputs_sh(inputs: Sequence[StagedInput], location: StagingLocation) -> str:
 
 
 def stager_script(
-    location: StagingLocation, every: int, try_number: int, inputs: Sequence[StagedInput] = ()
+    location: StagingLocation,
+    every: int,
+    try_number: int,
+    inputs: Sequence[StagedInput] = (),
+    root: StagingLocation | None = None,
 ) -> tuple[str, str]:
     """The wrapper's two staging parts for the ``location`` of try ``try_number``: what starts the stager
     once the job's id is known (first fetching ``inputs``: a job that cannot read them fails before its
-    script runs), and what ends it once the script has ended."""
+    script runs), and what ends it once the script has ended. With ``root`` (the staging location that
+    ``location`` is below), the job announces each chunk it stores under ``root``'s ``.changes/``."""
+    changes = below = ""
+    if root is not None:
+        head = root.object_name("")
+        if root.bucket != location.bucket or not location.prefix.startswith(head):
+            raise ValueError(f"{location.uri} is not below {root.uri}")
+        changes, below = root.object_name(CHANGES), location.prefix[len(head) :]
     fields = {
+        "@CHANGES@": _sh_quote(changes),
+        "@CHANGES_Q@": _sh_quote(quote(changes, safe="")),
+        "@REL@": _sh_quote(below),
+        "@REL_Q@": _sh_quote(quote(below, safe="")),
         "@INPUTS@": _inputs_sh(inputs, location),
         "@TRY@": str(int(try_number)),
         "@BUCKET@": _sh_quote(location.bucket),

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import hashlib
 import re
+import time
+from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -27,10 +29,13 @@ from airflow_provider_slurmapi.api.results import (
     tail_text,
 )
 from airflow_provider_slurmapi.api.staging import (
+    CHANGES,
+    EPOCH_DIGITS,
     RESULT_OBJECT,
     STREAMS,
     StagedReport,
     StagingLocation,
+    parse_announcement,
     parse_chunk,
 )
 
@@ -57,9 +62,11 @@ def storage_client(credentials: Any, project: str | None = None) -> Any:
 
 @dataclass(frozen=True)
 class Chunk:
+    """A chunk of a stream; ``size`` None when only its announcement named it (not listed yet)."""
+
     stream: str
     offset: int
-    size: int
+    size: int | None
     name: str
 
 
@@ -84,27 +91,47 @@ def chunks(client: Any, location: StagingLocation) -> dict[str, list[Chunk]]:
 
 
 def read_new(
-    client: Any, location: StagingLocation, cursor: StreamCursor, listed: dict[str, list[Chunk]] | None = None
+    client: Any,
+    location: StagingLocation,
+    cursor: StreamCursor,
+    listed: dict[str, list[Chunk]] | None = None,
+    done: set[str] | None = None,
 ) -> dict[str, bytes]:
     """The bytes of each stream past ``cursor`` (which moves on), in order: each byte once, even where a
-    chunk overlaps one read before (an upload cut short and made again)."""
+    chunk overlaps one read before (an upload cut short and made again). ``done``: the names of chunks
+    read to their end (this adds to it), so that a chunk of unknown size (announced, not listed) that
+    starts before the cursor is not asked for again."""
     listed = chunks(client, location) if listed is None else listed
+    done = set() if done is None else done
     bucket = client.bucket(location.bucket)
     new: dict[str, bytes] = {}
     for stream, items in listed.items():
         parts = []
         at = cursor.offsets.get(stream, 0)
         for chunk in items:
-            end = chunk.offset + chunk.size
-            if end <= at or chunk.offset > at:  # read already, or past a gap not staged (yet)
+            if chunk.offset > at:  # past a gap not staged (yet)
+                break
+            if chunk.name in done or (chunk.size is not None and chunk.offset + chunk.size <= at):
+                done.add(chunk.name)
                 continue
-            data = bucket.blob(chunk.name).download_as_bytes(start=at - chunk.offset)
+            data = _download(bucket, chunk.name, at - chunk.offset)
+            done.add(chunk.name)
             parts.append(data)
             at += len(data)
         cursor.offsets[stream] = at
         if parts:
             new[stream] = b"".join(parts)
     return new
+
+
+def _download(bucket: Any, name: str, start: int) -> bytes:
+    """The bytes of object ``name`` from ``start`` on; none when it is shorter (HTTP 416)."""
+    from google.api_core.exceptions import RequestRangeNotSatisfiable
+
+    try:
+        return bytes(bucket.blob(name).download_as_bytes(start=start))
+    except RequestRangeNotSatisfiable:
+        return b""
 
 
 def read_tail(
@@ -119,8 +146,9 @@ def read_tail(
     pieces: list[bytes] = []
     taken = 0
     for chunk in reversed(items):
-        start = max(0, chunk.size - (TAIL_READ_LIMIT - taken))
-        data = bucket.blob(chunk.name).download_as_bytes(start=start) if chunk.size else b""
+        size = chunk.size or 0
+        start = max(0, size - (TAIL_READ_LIMIT - taken))
+        data = bucket.blob(chunk.name).download_as_bytes(start=start) if size else b""
         pieces.insert(0, data)
         taken += len(data)
         if b"".join(pieces).count(b"\n") > lines or taken >= TAIL_READ_LIMIT or start > 0:
@@ -262,49 +290,159 @@ def logged_line(job: str, stream: str, line: str) -> str:
     return f"[{job} {stream}] {line}" if stream else line
 
 
-class OutputFollower:
-    """Follows one job's staged output while it runs: each :meth:`poll` makes one listing of the task
-    instance's prefix, finds the job's newest run there (whichever try submitted it; a requeued job
-    writes a new run), reads only the chunks past what was read, and returns the complete lines, each
-    once, in order. Blocking: the trigger calls it in a worker thread."""
+# How far back (seconds) each listing of a staging location's announcements starts before the newest one it
+# saw: an announcement lands at most REQUEST_SECONDS (30) after the time in its name, so one written by a node
+# whose clock is up to 30 s behind another's is still listed.
+CHANGES_WINDOW = 60
+# A follower that knows of a chunk past a gap (an announcement that was lost, or not listed) for this long
+# lists its job's objects itself once.
+GAP_RELIST_SECONDS = 60.0
 
-    def __init__(self, client: Any, task_instance: StagingLocation, job: str) -> None:
+
+class ChangeFeed:
+    """What is new below one staging location: each :meth:`poll` makes one listing of its announcements
+    (``.changes/``, from shortly before the newest seen on: ``startOffset``) and returns the object names of
+    the chunks announced since the last poll, each once. Blocking; one feed serves every follower of the
+    location (see :class:`OutputFollower`'s ``announced``)."""
+
+    def __init__(self, root: StagingLocation, clock: Callable[[], float] = time.time) -> None:
+        self.root = root
+        self.clock = clock
+        self.newest: int | None = None  # the latest time of an announcement seen
+        self.seen: dict[str, int] = {}  # the announcements listed in the window, with their times
+        self.listings = 0  # how many listings were made (pages included)
+        self.last_floor = 0
+
+    def floor(self) -> int:
+        """The time the next listing starts at: the newest announcement seen (never past this host's
+        clock), less :data:`CHANGES_WINDOW`; never before the last listing's."""
+        now = int(self.clock())
+        newest = now if self.newest is None else min(self.newest, now)
+        self.last_floor = max(self.last_floor, newest - CHANGES_WINDOW)  # never back
+        return self.last_floor
+
+    def poll(self, client: Any) -> list[str]:
+        floor = self.floor()
+        head = self.root.object_name(f"{CHANGES}/")
+        start = f"{head}{floor:0{EPOCH_DIGITS}d}"
+        blobs = client.list_blobs(self.root.bucket, prefix=head, start_offset=start, fields="items(name),nextPageToken")
+        new: list[str] = []
+        for page in blobs.pages:
+            self.listings += 1
+            for blob in page:
+                parsed = parse_announcement(self.root, blob.name)
+                if parsed is None or blob.name in self.seen:
+                    continue
+                self.seen[blob.name] = parsed[0]
+                self.newest = parsed[0] if self.newest is None else max(self.newest, parsed[0])
+                new.append(parsed[1])
+        self.seen = {name: at for name, at in self.seen.items() if at >= floor}
+        return new
+
+
+class OutputFollower:
+    """Follows one job's staged output while it runs: each :meth:`poll` finds the job's newest run below
+    the task instance's prefix (whichever try submitted it; a requeued job writes a new run), reads only
+    the chunks past what was read, and returns the complete lines, each once, in order. Blocking: the
+    trigger calls it in a worker thread.
+
+    Alone (``announced=False``), each poll makes one listing of the task instance's prefix. Fed by a
+    :class:`ChangeFeed` (``announced=True``: :meth:`announce` hands it the chunks the feed found), it lists
+    only on its first poll (what the job staged before), at the job's end (:meth:`poll` with ``ended``), and
+    when a chunk it was told of stays past a gap for :data:`GAP_RELIST_SECONDS` (an announcement that was
+    lost): a poll with nothing new costs no request."""
+
+    def __init__(
+        self,
+        client: Any,
+        task_instance: StagingLocation,
+        job: str,
+        *,
+        announced: bool = False,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.client = client
         self.task_instance = task_instance
         self.job = job
+        self.announced = announced
+        self.clock = clock
         self._names = re.compile(rf"try-([0-9]+)/{re.escape(job)}/run-([0-9]+)/(.+)")
         self.current: tuple[int, int] | None = None
         self.cursor = StreamCursor()
         self.partial: dict[str, bytes] = {}
+        self.known: dict[tuple[int, int], dict[str, dict[str, Chunk]]] = {}
+        self.done: set[str] = set()
+        self.listed = False
+        self.gap_since: float | None = None
+        self.inbox: deque[str] = deque()  # announced names, handed over by another thread
 
-    def poll(self) -> list[tuple[str, str]]:
-        """``(stream, line)`` of every line completed since the last poll (a line still being written
-        waits for its end, or for :meth:`flush`); ``("", note)`` when the job moved on to a new run."""
+    def announce(self, names: Iterable[str]) -> None:
+        """Chunks the feed found (object names); those of other jobs are left out at the next poll.
+        Safe to call from another thread than :meth:`poll`'s."""
+        self.inbox.extend(names)
+
+    def idle(self) -> bool:
+        """Fed, listed once, told of nothing new and waiting past no gap: a :meth:`poll` (not at the job's
+        end) would find nothing, without a request; the trigger skips it."""
+        return self.announced and self.listed and not self.inbox and self.gap_since is None
+
+    def _learn(self, name: str, size: int | None) -> None:
         prefix = self.task_instance.object_name("")
-        runs: dict[tuple[int, int], dict[str, list[Chunk]]] = {}
-        for blob in self.client.list_blobs(self.task_instance.bucket, prefix=prefix):
-            named = self._names.fullmatch(blob.name[len(prefix) :])
-            parsed = parse_chunk(named.group(3)) if named else None
-            if named is None or parsed is None:
-                continue
-            streams = runs.setdefault((int(named.group(1)), int(named.group(2))), {s: [] for s in STREAMS})
-            streams[parsed[0]].append(Chunk(parsed[0], parsed[1], int(blob.size or 0), blob.name))
-        if not runs:
+        named = self._names.fullmatch(name[len(prefix) :]) if name.startswith(prefix) else None
+        parsed = parse_chunk(named.group(3)) if named else None
+        if named is None or parsed is None:
+            return
+        streams = self.known.setdefault((int(named.group(1)), int(named.group(2))), {s: {} for s in STREAMS})
+        had = streams[parsed[0]].get(name)
+        if had is None or had.size is None:
+            streams[parsed[0]][name] = Chunk(parsed[0], parsed[1], size, name)
+
+    def _list(self) -> None:
+        for blob in self.client.list_blobs(self.task_instance.bucket, prefix=self.task_instance.object_name("")):
+            self._learn(blob.name, int(blob.size or 0))
+        self.listed, self.gap_since = True, None
+
+    def _gapped(self) -> bool:
+        """A chunk is known past what could be read of the current run (checked after a read)."""
+        if self.current is None:
+            return False
+        for stream, items in self.known.get(self.current, {}).items():
+            at = self.cursor.offsets.get(stream, 0)
+            if any(chunk.offset > at for chunk in items.values()):
+                return True
+        return False
+
+    def poll(self, ended: bool = False) -> list[tuple[str, str]]:
+        """``(stream, line)`` of every line completed since the last poll (a line still being written
+        waits for its end, or for :meth:`flush`); ``("", note)`` when the job moved on to a new run.
+        ``ended``: the job has ended, so everything it staged is listed and read."""
+        while self.inbox:
+            self._learn(self.inbox.popleft(), None)
+        gap_old = self.gap_since is not None and self.clock() - self.gap_since >= GAP_RELIST_SECONDS
+        if not self.announced or not self.listed or ended or gap_old:
+            self._list()
+        if not self.known:
             return []
-        newest = max(runs, key=lambda key: (key[1], key[0]))
+        newest = max(self.known, key=lambda key: (key[1], key[0]))
         found: list[tuple[str, str]] = []
         if newest != self.current:
             if self.current is not None:
                 found.extend(self.flush())
                 found.append(("", f"Slurm job {self.job} was requeued: the output of its run {newest[1]} follows"))
             self.current, self.cursor, self.partial = newest, StreamCursor(), {}
-        listed = {stream: sorted(items, key=lambda c: c.offset) for stream, items in runs[newest].items()}
-        for stream, data in read_new(self.client, self.task_instance, self.cursor, listed).items():
+        listed = {
+            stream: sorted(items.values(), key=lambda c: c.offset) for stream, items in self.known[newest].items()
+        }
+        for stream, data in read_new(self.client, self.task_instance, self.cursor, listed, self.done).items():
             text = self.partial.pop(stream, b"") + data
             *complete, rest = text.split(b"\n")
             if rest:
                 self.partial[stream] = rest
             found.extend((stream, line.decode("utf-8", "replace")) for line in complete)
+        if not self._gapped():
+            self.gap_since = None
+        elif self.gap_since is None:
+            self.gap_since = self.clock()
         return found
 
     def position(self) -> dict[str, Any] | None:

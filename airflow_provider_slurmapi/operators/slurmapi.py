@@ -367,6 +367,7 @@ class SlurmSubmitJobOperator(SlurmApiHookMixin, BaseOperator):
                 "Shorten the comment, or pass publish_results=False.",
             )
         number = self.task_try(context).number
+        root = location
         if location is not None:
             self.hook.check_staging(location)
             location = self._for_try(context, location, number)
@@ -378,6 +379,7 @@ class SlurmSubmitJobOperator(SlurmApiHookMixin, BaseOperator):
             self.output_interval,
             number,
             self.staged_inputs,
+            root,
         )
         return JobSpec(script, spec.job)
 
@@ -485,6 +487,7 @@ class SlurmSubmitJobOperator(SlurmApiHookMixin, BaseOperator):
                 cancel_on_kill=self.cancel_on_kill,
                 read_results=self.publish_results,
                 staging_uri=staged.uri if (staged := self._task_instance_staging(context)) else None,
+                staging_root=root.uri if staged and (root := self.staging_location()) else None,
                 masked=self._secret_values() if staged else None,
             ),
             method_name="execute_complete",

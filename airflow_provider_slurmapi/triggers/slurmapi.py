@@ -18,6 +18,7 @@ from airflow_provider_slurmapi.api.staging import StagingLocation
 from airflow_provider_slurmapi.api.states import DEFAULT_ERROR_BUDGET
 from airflow_provider_slurmapi.api.watch import UNKNOWN_JOB_GRACE, JobWatch, WaitDeadline, within
 from airflow_provider_slurmapi.hooks.slurmapi import SlurmJobApiHook
+from airflow_provider_slurmapi.triggers.changes import SharedChangeFeed
 from airflow_provider_slurmapi.triggers.poller import SharedJobPoller
 from airflow_provider_slurmapi.version_compat import AIRFLOW_V_3_0_PLUS, AIRFLOW_V_3_3_PLUS
 
@@ -52,6 +53,10 @@ class SlurmJobTrigger(BaseTrigger):
     :param staging_uri: the task instance's staging prefix (the operator's, with ``staging_uri`` set):
         while the job runs, each poll logs the lines it staged since the last one (one listing of that
         prefix, then only the new chunks, read in a worker thread; no Slurm call). None: nothing is read.
+    :param staging_root: the staging location ``staging_uri`` is below (the operator passes it; its jobs
+        announce their chunks there): the triggers of a triggerer that follow jobs staged there share one
+        listing of what is new per poll interval, instead of one listing per job (None: each lists its
+        own prefix every poll, as a trigger serialized before announcements did).
     :param masked: values the task's log masks that the job may print (the operator passes its job's
         secret-looking environment values): the output lines the trigger logs show them as ``***``, as
         the worker's log does (a triggerer's masker knows only its own secrets). Airflow stores a
@@ -77,6 +82,7 @@ class SlurmJobTrigger(BaseTrigger):
         read_results: bool = False,
         staging_uri: str | None = None,
         masked: Sequence[str] | None = None,
+        staging_root: str | None = None,
     ) -> None:
         super().__init__()
         self.job_id = job_id
@@ -90,6 +96,7 @@ class SlurmJobTrigger(BaseTrigger):
         self.cancel_on_kill = bool(cancel_on_kill)
         self.read_results = bool(read_results)
         self.staging_uri = staging_uri or None
+        self.staging_root = staging_root or None
         self.masked = sorted({str(v) for v in masked or () if v}, key=len, reverse=True)
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
@@ -108,6 +115,7 @@ class SlurmJobTrigger(BaseTrigger):
                 "read_results": self.read_results,
                 "staging_uri": self.staging_uri,
                 "masked": self.masked,
+                "staging_root": self.staging_root,
             },
         )
 
@@ -137,7 +145,7 @@ class SlurmJobTrigger(BaseTrigger):
             poller = SharedJobPoller.get(conn_key, self.poll_interval, hook.async_client)
         else:  # a poller of its own: the same wait, with one subscriber
             poller = SharedJobPoller.alone(self.poll_interval, hook.async_client())
-        follow = self._follower(hook, job_id)
+        follow = self._follower(hook, job_id, settings)
         waiting = self._wait(poller, job_id, follow)
         try:
             async for event in waiting:
@@ -151,6 +159,8 @@ class SlurmJobTrigger(BaseTrigger):
             raise
         finally:
             await waiting.aclose()  # leave the shared poller now, not when garbage collected
+            if follow is not None:
+                follow.close()
 
     async def on_kill(self) -> None:
         """Airflow 3.3+: the triggerer dropped this trigger for what it takes as a user's action on the task.
@@ -212,7 +222,7 @@ class SlurmJobTrigger(BaseTrigger):
     def _watch(self) -> JobWatch:
         return JobWatch(self.job_id, error_budget=self.error_budget, unknown_job_grace=self.unknown_job_grace)
 
-    def _follower(self, hook: SlurmJobApiHook, job_id: str) -> Callable[[bool], Awaitable[None]] | None:
+    def _follower(self, hook: SlurmJobApiHook, job_id: str, settings: Any) -> _Follow | None:
         """With ``staging_uri``, what logs the job's newly staged output lines (``True``: the job ended).
 
         Run by a triggerer, it keeps how far it logged in the task instance's XCom
@@ -221,32 +231,12 @@ class SlurmJobTrigger(BaseTrigger):
         """
         if self.staging_uri is None or not job_id.isdigit():  # an array's tasks: their output at the end
             return None
-        follower: storage.OutputFollower | None = None
-        positions = _StreamPositions.of(getattr(self, "task_instance", None))
-
-        def lines(ended: bool) -> list[tuple[str, str]]:
-            nonlocal follower
-            if follower is None:
-                location = StagingLocation.of(self.staging_uri or "")
-                created = storage.OutputFollower(hook.storage_client(), location, job_id)
-                saved = positions.load(self.log) if positions else None
-                if saved is not None and created.resume(saved):
-                    self.log.info("Following Slurm job %s's staged output from where the last trigger left it", job_id)
-                follower = created
-            return follower.poll() + (follower.flush() if ended else [])
-
-        async def follow(ended: bool) -> None:
-            try:
-                found = await asyncio.to_thread(lines, ended)
-            except Exception as err:  # the storage's fault: the wait goes on, the task reads again at the end
-                self.log.warning("Could not read Slurm job %s's staged output: %s", job_id, err)
-                return
-            for stream, line in found:
-                self.log.info("%s", redact(self._mask(storage.logged_line(job_id, stream, line))))
-            if found and positions and follower is not None and not ended:
-                await asyncio.to_thread(positions.save, follower.position(), self.log)
-
-        return follow
+        feed = None
+        if self.staging_root is not None:
+            conn_key = f"{self.slurmapi_conn_id}|{settings.auth.cache_key()}"
+            root = StagingLocation.of(self.staging_root)
+            feed = SharedChangeFeed.get(conn_key, root, self.poll_interval, hook.storage_client)
+        return _Follow(self, hook, job_id, feed, _StreamPositions.of(getattr(self, "task_instance", None)))
 
     def _mask(self, text: str) -> str:
         """``text`` with each of ``masked`` (longest first) as ``***``."""
@@ -319,6 +309,66 @@ class SlurmJobTrigger(BaseTrigger):
                         return
         finally:
             await poller.unsubscribe(job_id, queue)
+
+
+class _Follow:
+    """Logs one job's newly staged output lines as the trigger waits (``await follow(ended)``)."""
+
+    def __init__(
+        self,
+        trigger: SlurmJobTrigger,
+        hook: SlurmJobApiHook,
+        job_id: str,
+        feed: SharedChangeFeed | None,
+        positions: _StreamPositions | None,
+    ) -> None:
+        self.trigger = trigger
+        self.hook = hook
+        self.job_id = job_id
+        self.feed = feed
+        self.positions = positions
+        self.follower: storage.OutputFollower | None = None
+
+    def _start(self) -> storage.OutputFollower:
+        location = StagingLocation.of(self.trigger.staging_uri or "")
+        # The feed's client serves its followers too (google-cloud-storage's clients may be shared across
+        # threads): one connection pool and one token for the location, not one per task.
+        client = self.feed.client if self.feed is not None else self.hook.storage_client()
+        follower = storage.OutputFollower(client, location, self.job_id, announced=self.feed is not None)
+        saved = self.positions.load(self.trigger.log) if self.positions else None
+        if saved is not None and follower.resume(saved):
+            self.trigger.log.info(
+                "Following Slurm job %s's staged output from where the last trigger left it", self.job_id
+            )
+        return follower
+
+    @staticmethod
+    def _lines(follower: storage.OutputFollower, ended: bool) -> list[tuple[str, str]]:
+        return follower.poll(ended) + (follower.flush() if ended else [])
+
+    async def __call__(self, ended: bool) -> None:
+        log = self.trigger.log
+        try:
+            if self.follower is None:
+                self.follower = await asyncio.to_thread(self._start)
+                if self.feed is not None:  # before its first listing: no announcement after it is missed
+                    self.feed.subscribe(self.follower)
+            elif self.feed is not None and not ended:
+                await self.feed.refresh()
+                if self.follower.idle():  # nothing new: no thread, no request
+                    return
+            found = await asyncio.to_thread(self._lines, self.follower, ended)
+        except Exception as err:  # the storage's fault: the wait goes on, the task reads again at the end
+            log.warning("Could not read Slurm job %s's staged output: %s", self.job_id, err)
+            return
+        for stream, line in found:
+            log.info("%s", redact(self.trigger._mask(storage.logged_line(self.job_id, stream, line))))
+        if found and self.positions and not ended:
+            await asyncio.to_thread(self.positions.save, self.follower.position(), log)
+
+    def close(self) -> None:
+        if self.feed is not None and self.follower is not None:
+            self.feed.unsubscribe(self.follower)
 
 
 # States in which a job has not run yet: nothing to read of its output.

@@ -15,10 +15,12 @@ from __future__ import annotations
 
 import http.client
 import json
+import re
 import socket
 import subprocess
 import threading
 import time
+from datetime import datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from types import TracebackType
@@ -31,6 +33,8 @@ ROOT = Path(__file__).resolve().parents[2]
 LOGS = ROOT / "artifacts" / "storage"
 STAGING_BUCKET = "slurmapi-staging"
 READY_TIMEOUT = 30.0
+# A request in fake-gcs-server's log: its time, method and path.
+_SERVER_REQUEST = re.compile(r'^time=(\S+) level=INFO msg="\S+ - - \[[^\]]*\] \\"([A-Z]+) (\S+) HTTP')
 # Headers that describe one connection, not the message: the proxy sets its own.
 _HOP_BY_HOP = frozenset(
     {"connection", "keep-alive", "proxy-connection", "transfer-encoding", "te", "trailer", "upgrade", "content-length"}
@@ -60,6 +64,7 @@ class _FaultProxy(ThreadingHTTPServer):
         self.lock = threading.Lock()
         self.failures = 0
         self.failure_status = 503
+        self.seen: list[tuple[str, str, float]] = []  # (method, path, time) of each request relayed or answered
 
     def take_failure(self) -> int | None:
         """The status to answer this request with, if a fault is armed (using it up)."""
@@ -96,6 +101,8 @@ class _ProxyHandler(BaseHTTPRequestHandler):
 
     def _relay(self) -> None:
         body = self._body()
+        with self.server.lock:
+            self.server.seen.append((self.command, self.path, time.time()))
         status = self.server.take_failure()
         if status is not None:
             self.server.note(f"answered {status} to {self.command} {self.path}")
@@ -233,6 +240,34 @@ class FakeGcs:
         assert self._proxy is not None, "start() first"
         with self._proxy.lock:
             self._proxy.failures, self._proxy.failure_status = n, status
+
+    @property
+    def direct_url(self) -> str:
+        """fake-gcs-server's own address, past the proxy (no faults; requests counted by its log only)."""
+        return self._direct
+
+    def server_requests(self) -> list[tuple[float, str, str]]:
+        """``(time.time(), method, path)`` of every request fake-gcs-server logged so far (through the proxy
+        or not)."""
+        assert self.log_path is not None, "start() first"
+        found = []
+        for line in self.log_path.read_text(encoding="utf-8", errors="replace").splitlines():
+            match = _SERVER_REQUEST.search(line)
+            if match:
+                at = datetime.fromisoformat(match.group(1).replace("Z", "+00:00")).timestamp()
+                found.append((at, match.group(2), match.group(3)))
+        return found
+
+    def requests_seen(self) -> list[tuple[str, str]]:
+        """``(method, path)`` of every request that came through ``url`` so far (the tests' own reads and
+        writes go past it)."""
+        return [(method, path) for method, path, _ in self.requests_timed()]
+
+    def requests_timed(self) -> list[tuple[str, str, float]]:
+        """``(method, path, time.time() when it came)`` of every request that came through ``url`` so far."""
+        assert self._proxy is not None, "start() first"
+        with self._proxy.lock:
+            return list(self._proxy.seen)
 
     # ---- the test's own reads and writes (past the faults) ----------------------------------------
 

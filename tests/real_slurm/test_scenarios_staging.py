@@ -18,7 +18,7 @@ import pytest
 from backends import Backend
 
 from airflow_provider_slurmapi.api import storage as staged
-from airflow_provider_slurmapi.api.staging import StagedReport, StagingLocation, parse_chunk
+from airflow_provider_slurmapi.api.staging import StagedReport, StagingLocation, parse_announcement, parse_chunk
 from tests.fixtures import dag_file
 from tests.harness.storage import STAGING_BUCKET, FakeGcs
 
@@ -79,6 +79,17 @@ def test_the_whole_output_and_a_200_kb_result_come_through_staging(backend, fake
     lines = stdout.splitlines()
     assert len(lines) == DAGS_MODULE.LINES and lines[-1].startswith(f"line {DAGS_MODULE.LINES:06d} ")
     assert staged_stream(fake_gcs, job_prefix, "stderr") == b"warning: stderr line\n"
+    # the job announced each chunk it stored (what lets one listing per tick serve every follower)
+    root = StagingLocation(STAGING_BUCKET, f"large-{mode}")
+    announced = {
+        parsed[1]
+        for name in fake_gcs.objects(STAGING_BUCKET, f"large-{mode}/.changes/")
+        if (parsed := parse_announcement(root, name)) is not None
+    }
+    chunk_objects = {
+        n for n in fake_gcs.objects(STAGING_BUCKET, job_prefix + "/") if parse_chunk(n[len(job_prefix) + 1 :])
+    }
+    assert chunk_objects and announced == chunk_objects
     # the task log ends with the last output_tail_lines lines, far past a Slurm comment's 1 KB
     tail = "\n".join(lines[-DAGS_MODULE.TAIL : -1])
     assert f"Slurm job {job_id} stdout, last {DAGS_MODULE.TAIL} lines:\n{tail}\n{lines[-1]}" in log.replace(

@@ -14,7 +14,9 @@ from airflow_provider_slurmapi.api.staging import (
     PREFIX_LIMIT,
     StagedReport,
     StagingLocation,
+    announcement_name,
     chunk_name,
+    parse_announcement,
     parse_chunk,
 )
 
@@ -104,6 +106,9 @@ def test_every_object_name_keeps_within_cloud_storage_limits(dag, task, run, map
     job = base.for_task(dag, task, run, map_index, 99).for_job("4294967295_4294967295", 999)
     name = job.object_name(chunk_name("stdout", 10**12 - 1))
     assert len(name.encode("utf-8")) <= OBJECT_NAME_LIMIT
+    announcement = announcement_name(base, 9_999_999_999, name)  # what the job announces it with
+    assert len(announcement.encode("utf-8")) <= OBJECT_NAME_LIMIT
+    assert parse_announcement(base, announcement) == (9_999_999_999, name)
     assert len(name.split("/")) == 1 + 5 + 2 + 2  # the prefix, the task instance's 5 parts, job and run, chunk
 
 

@@ -11,7 +11,7 @@ import pytest
 from google.auth.credentials import AnonymousCredentials
 
 from airflow_provider_slurmapi.api import storage
-from airflow_provider_slurmapi.api.staging import StagedReport, StagingLocation, chunk_name
+from airflow_provider_slurmapi.api.staging import StagedReport, StagingLocation, announcement_name, chunk_name
 from tests.harness.storage import STAGING_BUCKET, FakeGcs
 
 TASK = StagingLocation(STAGING_BUCKET, "unit").for_task_instance("d", "t", "r", -1)
@@ -128,3 +128,115 @@ def test_the_pre_submit_check_tells_a_missing_bucket_from_a_storage_that_fails_f
     finally:
         fake_gcs.fail_next(0)
     assert caught.value.retryable
+
+
+# -- announcements: one listing for many followers --------------------------------------------------------
+
+ROOT = StagingLocation(STAGING_BUCKET, "unit-feed")
+
+
+class Clock:
+    def __init__(self, now: float) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def stage(fake_gcs: FakeGcs, run: StagingLocation, stream: str, offset: int, data: bytes, at: int | None) -> str:
+    """A chunk as a job's wrapper stores it, then announces it at ``at`` (None: the announcement is lost)."""
+    name = run.object_name(chunk_name(stream, offset))
+    fake_gcs.write(STAGING_BUCKET, name, data)
+    if at is not None:
+        fake_gcs.write(STAGING_BUCKET, announcement_name(ROOT, at, name), b"")
+    return name
+
+
+def test_a_feed_lists_each_announcement_once_from_shortly_before_the_newest_on(client, fake_gcs):
+    clock = Clock(2_000_000_000)
+    feed = storage.ChangeFeed(ROOT, clock)
+    run = ROOT.for_task("d", "t", "r", -1, 1).for_job("7")
+    stage(fake_gcs, run, "stdout", 0, b"old\n", 2_000_000_000 - storage.CHANGES_WINDOW - 5)
+    first = stage(fake_gcs, run, "stdout", 4, b"a\n", 2_000_000_000 - 10)
+    fake_gcs.write(STAGING_BUCKET, f"{ROOT.prefix}/.changes/2000000001/not-a-chunk", b"")  # another writer's
+    assert feed.poll(client) == [first]  # the old one is before the window: its job lists it itself
+    assert feed.poll(client) == []  # each once
+    second = stage(fake_gcs, run, "stdout", 6, b"b\n", 2_000_000_000 + 20)
+    other_node = stage(fake_gcs, run, "stderr", 0, b"c\n", 2_000_000_000 - 10)
+    clock.now += 30
+    assert feed.poll(client) == [other_node, second]  # in the order of their times
+    assert feed.floor() == 2_000_000_000 + 20 - storage.CHANGES_WINDOW
+    # an announcement landing late (its upload took 30 s, or its node's clock is 30 s behind) is listed;
+    # one older than the window is not
+    late = stage(fake_gcs, run, "stderr", 2, b"d\n", 2_000_000_000 + 20 - 30)
+    too_late = stage(fake_gcs, run, "stderr", 4, b"e\n", 2_000_000_000 + 20 - storage.CHANGES_WINDOW - 1)
+    assert feed.poll(client) == [late]
+    assert too_late not in feed.poll(client)
+    # a node clock ahead of this host's does not move the window past this host's time
+    stage(fake_gcs, run, "stdout", 8, b"f\n", 2_000_000_000 + 3600)
+    feed.poll(client)
+    assert feed.floor() == int(clock.now) - storage.CHANGES_WINDOW
+
+
+def test_a_fed_follower_lists_once_then_reads_only_what_it_is_told_of(client, fake_gcs):
+    clock = Clock(100.0)
+    location = ROOT.for_task_instance("d", "fed", "r", -1)
+    run = ROOT.for_task("d", "fed", "r", -1, 1).for_job("7")
+    stage(fake_gcs, run, "stdout", 0, b"one\n", 1)
+    follower = storage.OutputFollower(client, location, "7", announced=True, clock=clock)
+    before = len(fake_gcs.requests_seen())
+    assert follower.poll() == [("stdout", "one")]  # the first poll lists what the job staged before
+    requests = fake_gcs.requests_seen()[before:]
+    assert sum(1 for method, path in requests if method == "GET" and "prefix=" in path) == 1
+
+    before = len(fake_gcs.requests_seen())
+    assert follower.poll() == [] and follower.poll() == []
+    assert fake_gcs.requests_seen()[before:] == []  # nothing new: no request at all
+
+    two = stage(fake_gcs, run, "stdout", 4, b"two\n", 2)
+    follower.announce([two, run.object_name("result.json"), "unit-feed/d/other/r/-1/try-1/7/run-0/stdout/000000000000"])
+    before = len(fake_gcs.requests_seen())
+    assert follower.poll() == [("stdout", "two")]
+    requests = fake_gcs.requests_seen()[before:]
+    assert len(requests) == 1 and "prefix=" not in requests[0][1]  # one read of the new chunk, no listing
+
+    # an announcement lost: the next chunk waits past the gap, then the follower lists once and reads both
+    stage(fake_gcs, run, "stdout", 8, b"three\n", None)
+    four = stage(fake_gcs, run, "stdout", 14, b"four\n", 3)
+    follower.announce([four])
+    assert follower.poll() == []
+    clock.now += storage.GAP_RELIST_SECONDS - 1
+    assert follower.poll() == []
+    clock.now += 1
+    assert follower.poll() == [("stdout", "three"), ("stdout", "four")]
+    # the job's end lists once more: a last chunk whose announcement was lost is read
+    stage(fake_gcs, run, "stderr", 0, b"bye", None)
+    assert follower.poll(ended=True) == [] and follower.flush() == [("stderr", "bye")]
+
+
+def test_a_chunk_announced_after_it_was_read_is_not_read_again(client, fake_gcs):
+    location = ROOT.for_task_instance("d", "again", "r", -1)
+    run = ROOT.for_task("d", "again", "r", -1, 1).for_job("9")
+    one = stage(fake_gcs, run, "stdout", 0, b"one\n", 5)
+    follower = storage.OutputFollower(client, location, "9", announced=True)
+    assert follower.poll() == [("stdout", "one")]
+    follower.announce([one, one])
+    before = len(fake_gcs.requests_seen())
+    assert follower.poll() == []
+    assert fake_gcs.requests_seen()[before:] == []
+
+
+def test_a_fed_follower_is_idle_only_when_a_poll_would_find_nothing(client, fake_gcs):
+    clock = Clock(0.0)
+    location = ROOT.for_task_instance("d", "idle", "r", -1)
+    run = ROOT.for_task("d", "idle", "r", -1, 1).for_job("4")
+    follower = storage.OutputFollower(client, location, "4", announced=True, clock=clock)
+    assert not follower.idle()  # not listed yet
+    assert follower.poll() == []
+    assert follower.idle()
+    later = stage(fake_gcs, run, "stdout", 3, b"b\n", 1)
+    follower.announce([later])
+    assert not follower.idle()  # told of a chunk
+    assert follower.poll() == []  # past a gap (the chunk at 0 was not announced)
+    assert not follower.idle()  # the gap is timed by polls
+    assert not storage.OutputFollower(client, location, "4").idle()  # alone, it lists every poll

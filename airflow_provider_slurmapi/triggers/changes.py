@@ -1,0 +1,95 @@
+"""One listing of a staging location's announcements per poll interval for every trigger that follows a job
+staged there: the followers of a triggerer read only the chunks that are new, so what streaming costs in
+Cloud Storage requests grows with the output written, not with the number of jobs followed.
+
+Like :class:`~airflow_provider_slurmapi.triggers.poller.SharedJobPoller`, a feed lives in memory: it starts
+with the first follower that subscribes in an event loop and is dropped with the last. It has no task of its
+own: a follower about to poll asks it to :meth:`SharedChangeFeed.refresh`, which lists once when the last
+listing is older than the interval (the followers asking meanwhile wait for that listing) and hands each
+subscribed follower the names of its task instance's new chunks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+from airflow_provider_slurmapi.api.staging import StagingLocation
+from airflow_provider_slurmapi.api.storage import ChangeFeed, OutputFollower
+
+log = logging.getLogger(__name__)
+
+
+class SharedChangeFeed:
+    """The announcements of one staging location, listed at most once per ``interval`` seconds."""
+
+    _registry: dict[tuple[int, str, str], SharedChangeFeed] = {}
+
+    def __init__(self, key: tuple[int, str, str], feed: ChangeFeed, client: Any, interval: float) -> None:
+        self.key = key
+        self.feed = feed
+        self.client = client
+        self.interval = interval
+        self.subscribers: dict[str, set[OutputFollower]] = {}  # by task instance prefix
+        self._last: float | None = None
+        self._listing: asyncio.Future[None] | None = None
+        self.failures = 0
+
+    @classmethod
+    def get(
+        cls, conn_key: str, root: StagingLocation, interval: float, make_client: Callable[[], Any]
+    ) -> SharedChangeFeed:
+        """The feed of this event loop for the location ``root`` read with the connection ``conn_key``
+        (created on first use); its interval is the shortest any subscriber asked for."""
+        key = (id(asyncio.get_running_loop()), conn_key, root.uri)
+        feed = cls._registry.get(key)
+        if feed is None:
+            feed = cls._registry[key] = cls(key, ChangeFeed(root), make_client(), float(interval))
+        feed.interval = min(feed.interval, float(interval))
+        return feed
+
+    def subscribe(self, follower: OutputFollower) -> None:
+        self.subscribers.setdefault(follower.task_instance.object_name(""), set()).add(follower)
+
+    def unsubscribe(self, follower: OutputFollower) -> None:
+        prefix = follower.task_instance.object_name("")
+        followers = self.subscribers.get(prefix)
+        if followers is not None:
+            followers.discard(follower)
+            if not followers:
+                del self.subscribers[prefix]
+        if not self.subscribers and self._registry.get(self.key) is self:
+            del self._registry[self.key]
+
+    async def refresh(self) -> None:
+        """Make sure the followers were told what was announced up to at most ``interval`` seconds ago."""
+        if self._listing is not None:
+            await asyncio.shield(self._listing)
+            return
+        if self._last is not None and time.monotonic() - self._last < self.interval:
+            return
+        self._listing = asyncio.get_running_loop().create_future()
+        self._last = time.monotonic()
+        try:
+            names = await asyncio.to_thread(self.feed.poll, self.client)
+        except Exception as err:  # the storage's fault: the followers read what they missed at the job's end
+            self.failures += 1
+            log.warning("Could not list what is new in %s: %s", self.feed.root.uri, err)
+            names = []
+        finally:
+            listing, self._listing = self._listing, None
+            listing.set_result(None)
+        self._route(names)
+
+    def _route(self, names: list[str]) -> None:
+        for name in names:
+            # .../<map_index>/try-<n>/<job>/run-<r>/<stream>/<offset>: the task instance's prefix ends
+            # before the last "/try-" (a percent-quoted Airflow id never holds a "/").
+            instance, found, _ = name.rpartition("/try-")
+            if not found:
+                continue
+            for follower in self.subscribers.get(f"{instance}/", ()):
+                follower.announce([name])
