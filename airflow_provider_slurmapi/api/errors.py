@@ -189,11 +189,22 @@ class SlurmApiVersionError(SlurmJobApiError):
 
 
 class SlurmJobFailedError(SlurmJobApiError):
-    """A job reached a terminal state other than COMPLETED."""
+    """A job reached a terminal state other than COMPLETED; its subclasses in
+    :mod:`airflow_provider_slurmapi.api.failures` say which (preempted, node failure, out of memory, ...).
+
+    ``job``: the job (its record, or its summary); ``job_id`` (an array task's ``123_4``), ``state``,
+    ``reason`` (Slurm's state reason), ``exit_code`` and ``exit_signal``: read from it."""
 
     def __init__(self, message: str, *, job: Any, retryable: bool = False) -> None:
         super().__init__(message, retryable=retryable)
         self.job = job
+        record = job.summary() if callable(getattr(job, "summary", None)) else job
+        record = record if isinstance(record, Mapping) else {}
+        self.job_id: str = str(record.get("display_id") or record.get("job_id") or "")
+        self.state: str = str(record.get("state") or "")
+        self.reason: str = str(record.get("state_reason") or "")
+        self.exit_code: int | None = record.get("exit_code")
+        self.exit_signal: int | None = record.get("exit_signal")
 
 
 class SlurmJobWaitTimeoutError(SlurmJobApiError):

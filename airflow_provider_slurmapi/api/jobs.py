@@ -277,7 +277,17 @@ class SlurmJob:
             summary["published_for"] = other
         if self.array_task_string:
             summary["array_task_string"] = self.array_task_string
+        if self.time_limit_minutes is not None:
+            summary["time_limit_minutes"] = self.time_limit_minutes
+        if self.cancelled_by:
+            summary["cancelled_by"] = self.cancelled_by
         return summary
+
+    @property
+    def cancelled_by(self) -> str:
+        """Who cancelled the job, as accounting records it (``kill_request_user``); "" when unknown."""
+        who = self.raw.get("kill_request_user") if isinstance(self.raw, Mapping) else None
+        return who.strip()[:100] if isinstance(who, str) else ""
 
     def task_summary(self) -> dict[str, Any]:
         """The short per-task entry of an array's summary."""

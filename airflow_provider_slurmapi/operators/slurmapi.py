@@ -1,17 +1,26 @@
 """SlurmSubmitJobOperator and SlurmCancelJobOperator: run a Slurm batch job as an Airflow task.
 
-How a job's end maps to the task's end:
+How a job's end maps to the task's end (each failure raises its own type, from
+:mod:`airflow_provider_slurmapi.api.failures`):
 
 =====================================================  ==========================================
 Slurm outcome                                          Task
 =====================================================  ==========================================
 COMPLETED                                              success; XCom ``slurm_job`` = job summary
-NODE_FAIL, BOOT_FAIL, PREEMPTED (the cluster's fault)  fails, retried per the task's ``retries``
-FAILED, TIMEOUT, OUT_OF_MEMORY, DEADLINE, CANCELLED    fails without retry (``AirflowFailException``)
-                                                       unless ``retry_on_job_failure=True``
+PREEMPTED                                              ``SlurmJobPreemptedError``, retried per ``retries``
+NODE_FAIL, BOOT_FAIL                                   ``SlurmNodeFailureError``, retried per ``retries``
+OUT_OF_MEMORY                                          ``SlurmJobOutOfMemoryError``, not retried
+TIMEOUT                                                ``SlurmJobTimeLimitError``, not retried
+CANCELLED                                              ``SlurmJobCancelledError``, not retried
+DEADLINE                                               ``SlurmJobDeadlineError``, not retried
+FAILED (non-zero exit, or killed by a signal)          ``SlurmJobExitCodeError``, not retried
 job spec rejected (by this provider or by Slurm)       fails without retry
 API unreachable past the retry and error budgets       fails, retried per ``retries``
 =====================================================  ==========================================
+
+"Not retried": the exception is also an ``AirflowFailException``, unless ``retry_on_job_failure=True`` or
+the task has a ``retry_policy`` (Airflow 3.3+, e.g. :class:`~airflow_provider_slurmapi.retry.SlurmRetryPolicy`),
+which then decides.
 """
 
 from __future__ import annotations
@@ -24,14 +33,12 @@ from datetime import timedelta
 from typing import Any
 
 from airflow.providers.common.compat.sdk import (
-    AirflowException,
-    AirflowFailException,
     BaseOperator,
     mask_secret,
     redact,
 )
 
-from airflow_provider_slurmapi.api import checks, results, staging, storage
+from airflow_provider_slurmapi.api import checks, failures, results, staging, storage
 from airflow_provider_slurmapi.api.errors import (
     GoogleApiError,
     SlurmApiVersionError,
@@ -52,6 +59,7 @@ from airflow_provider_slurmapi.api.jobs import SlurmArrayJob, SlurmJob
 from airflow_provider_slurmapi.api.spec import JobSpec
 from airflow_provider_slurmapi.api.staging import StagingLocation
 from airflow_provider_slurmapi.api.watch import failure_error, outcome_text
+from airflow_provider_slurmapi.exceptions import SlurmJobError, SlurmJobFailedNoRetry, task_failure
 from airflow_provider_slurmapi.hooks.slurmapi import SlurmApiHookMixin, SlurmJobApiHook, default_deferrable
 from airflow_provider_slurmapi.links.slurmapi import SlurmJobLink
 from airflow_provider_slurmapi.triggers.slurmapi import SlurmJobTrigger
@@ -61,14 +69,6 @@ XCOM_JOB_ID = "slurm_job_id"
 XCOM_JOB = "slurm_job"
 XCOM_RESULT = "slurm_result"
 XCOM_OUTPUT_URI = "slurm_output_uri"
-
-
-class SlurmJobError(AirflowException):
-    """A Slurm job ended badly in a way a retry may cure (the task's ``retries`` apply)."""
-
-
-class SlurmJobFailedNoRetry(AirflowFailException):
-    """A Slurm job failed, or its spec was rejected: retrying the same job would not help."""
 
 
 # Where the operator records its job in Airflow 3.3's task_state_store (shared by the task's tries).
@@ -89,11 +89,15 @@ def is_configuration_error(error: SlurmJobApiError) -> bool:
     return isinstance(error, SlurmApiVersionError)
 
 
-def _fail(error: SlurmJobApiError, *, retry_on_job_failure: bool) -> AirflowException:
+def _fail(error: SlurmJobApiError, *, retry_on_job_failure: bool, policy: bool = False) -> Exception:
+    """The task's exception for ``error``. ``policy``: the task has a ``retry_policy`` (Airflow 3.3+), which
+    decides on a failed job's retry (Airflow never asks it about an AirflowFailException)."""
     if isinstance(error, (SlurmJobSpecError, SlurmRequestRejectedError)) or is_configuration_error(error):
         return SlurmJobFailedNoRetry(str(error))
-    if isinstance(error, SlurmJobFailedError) and not (error.retryable or retry_on_job_failure):
-        return SlurmJobFailedNoRetry(str(error))
+    if isinstance(error, SlurmJobFailedError):
+        if type(error) is SlurmJobFailedError:
+            error = failures.typed_failure(str(error), error.job, retryable=error.retryable)
+        return task_failure(error, final=not (error.retryable or retry_on_job_failure or policy))
     return SlurmJobError(str(error))
 
 
@@ -152,7 +156,8 @@ class SlurmSubmitJobOperator(SlurmApiHookMixin, BaseOperator):
     :param poll_interval: seconds between state checks (default 30; a finite number above 0).
     :param cancel_on_kill: cancel the Slurm job when the task is killed (default True).
     :param retry_on_job_failure: let the task's retries re-run jobs that FAILED/TIMEOUT/OOM (default False;
-        cluster failures such as NODE_FAIL are always retryable).
+        cluster failures such as NODE_FAIL are always retryable). With a ``retry_policy`` on the task
+        (Airflow 3.3+, e.g. :class:`~airflow_provider_slurmapi.retry.SlurmRetryPolicy`) the policy decides.
     :param reattach: before submitting, look for a job of this task instance (named after it, see
         below; on Airflow 3.3+ also recorded in ``task_state_store`` under ``slurm_job_id``, which is
         looked at first) that is still active or COMPLETED and follow it instead of submitting a second
@@ -398,6 +403,12 @@ class SlurmSubmitJobOperator(SlurmApiHookMixin, BaseOperator):
         map_index = getattr(ti, "map_index", -1)
         return location.for_task(ti.dag_id, ti.task_id, ti.run_id, -1 if map_index is None else map_index, try_number)
 
+    @property
+    def has_retry_policy(self) -> bool:
+        """The task has a ``retry_policy`` (Airflow 3.3+): it, not ``retry_on_job_failure``, decides whether a
+        failed job's task is retried (see :class:`~airflow_provider_slurmapi.retry.SlurmRetryPolicy`)."""
+        return getattr(self, "retry_policy", None) is not None
+
     def task_try(self, context: Any) -> TaskTry:
         """This try, and the first try since the task instance was last cleared (see ``TaskTry``)."""
         ti = context["ti"]
@@ -412,7 +423,7 @@ class SlurmSubmitJobOperator(SlurmApiHookMixin, BaseOperator):
             recorded = self._recorded_job_id(context) if self.reattach else None
             outcome = hook.submit_once(spec, self.identity(context), reattach=self.reattach, known_job_id=recorded)
         except SlurmJobApiError as err:
-            raise _fail(err, retry_on_job_failure=self.retry_on_job_failure) from None
+            raise _fail(err, retry_on_job_failure=self.retry_on_job_failure, policy=self.has_retry_policy) from None
         self.job_id = outcome.job_id
         if outcome.job_id != recorded:  # a retry that followed the recorded job has nothing to write
             self._record_job_id(context, outcome.job_id)
@@ -497,7 +508,7 @@ class SlurmSubmitJobOperator(SlurmApiHookMixin, BaseOperator):
         try:
             job = hook.wait_for_job(job_id, poll_interval=self.poll_interval, on_poll=self._follower(context))
         except SlurmJobApiError as err:
-            raise _fail(err, retry_on_job_failure=self.retry_on_job_failure) from None
+            raise _fail(err, retry_on_job_failure=self.retry_on_job_failure, policy=self.has_retry_policy) from None
         return self._finish(context, job)
 
     def _follower(self, context: Any) -> Callable[[SlurmJob], None] | None:
@@ -541,6 +552,7 @@ class SlurmSubmitJobOperator(SlurmApiHookMixin, BaseOperator):
             raise _fail(
                 SlurmJobFailedError(self._with_quote(str(error), summary), job=job, retryable=error.retryable),
                 retry_on_job_failure=self.retry_on_job_failure,
+                policy=self.has_retry_policy,
             )
         return self._succeeded(job.job_id, reading)
 
@@ -629,7 +641,7 @@ class SlurmSubmitJobOperator(SlurmApiHookMixin, BaseOperator):
         if ended.status == FAILED:
             message = self._with_quote(ended.message, ended.job or {})
             error = SlurmJobFailedError(message, job=ended.job, retryable=ended.retryable)
-            raise _fail(error, retry_on_job_failure=self.retry_on_job_failure)
+            raise _fail(error, retry_on_job_failure=self.retry_on_job_failure, policy=self.has_retry_policy)
         raise SlurmJobError(f"Waiting for Slurm job {job_id} failed: {ended.message}")
 
     def _cancel(self, job_id: int, why: str) -> None:

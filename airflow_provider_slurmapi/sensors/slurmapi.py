@@ -13,11 +13,12 @@ from airflow.providers.common.compat.sdk import (
     BaseSensorOperator,
 )
 
-from airflow_provider_slurmapi.api import checks
+from airflow_provider_slurmapi.api import checks, failures
 from airflow_provider_slurmapi.api.errors import SlurmJobApiError, SlurmJobNotFoundError, SlurmJobSpecError
 from airflow_provider_slurmapi.api.job_event import ERROR, TIMEOUT, JobEvent
 from airflow_provider_slurmapi.api.states import TERMINAL_STATES, JobState
 from airflow_provider_slurmapi.api.watch import UNKNOWN_JOB_GRACE_SENSOR, outcome_text
+from airflow_provider_slurmapi.exceptions import task_failure
 from airflow_provider_slurmapi.hooks.slurmapi import SlurmApiHookMixin, SlurmJobApiHook, default_deferrable
 from airflow_provider_slurmapi.links.slurmapi import SlurmJobLink
 from airflow_provider_slurmapi.triggers.slurmapi import SlurmJobTrigger
@@ -165,13 +166,15 @@ class SlurmJobSensor(SlurmApiHookMixin, BaseSensorOperator):
             "unknown_job_grace": self.unknown_job_grace,
         }
 
-    def _decide(self, state: JobState, message: str) -> bool:
+    def _decide(self, state: JobState, message: str, job: Any = None) -> bool:
+        """True in a success state; a failure state raises the job's failure type (``job``: its record or
+        summary), never retried (as a sensor's failure is), or skips with ``soft_fail``."""
         if state.base in self.success_states and (state.is_terminal or state.base not in TERMINAL_STATES):
             return True
         if state.base in self.failure_states and state.is_terminal:
             if self.soft_fail:
                 raise AirflowSkipException(message)
-            raise AirflowFailException(message)
+            raise task_failure(failures.typed_failure(message, job, retryable=False), final=True)
         return False
 
     def _persist_link(self, context: Any) -> None:
@@ -199,7 +202,7 @@ class SlurmJobSensor(SlurmApiHookMixin, BaseSensorOperator):
         self.log.info("%s: %s", job.label, job.describe_state())  # an array's id: every task's state
 
         message = outcome_text(job) if job.state.is_terminal else f"{job.label} is {job.describe_state()}"
-        return self._decide(job.state, message)
+        return self._decide(job.state, message, job)
 
     def execute(self, context: Any) -> Any:
         SlurmJobLink.none_yet(self)
@@ -222,6 +225,6 @@ class SlurmJobSensor(SlurmApiHookMixin, BaseSensorOperator):
             if self.soft_fail:
                 raise AirflowSkipException(message)
             raise AirflowFailException(message)
-        if not self._decide(ended.state, message):
+        if not self._decide(ended.state, message, ended.job):
             raise AirflowFailException(f"{message}: neither a success nor a failure state of this sensor")
         self.log.info(message)

@@ -194,3 +194,38 @@ for deferrable in (False, True):
 
 with _dag("array_bad_spec"):
     SlurmSubmitJobOperator(task_id="sweep", script=ARRAY_OK, array="0-2;rm", current_working_directory=CWD)
+
+# Airflow 3.3's retry_policy with the provider's SlurmRetryPolicy: the test ends the first try's job
+# PREEMPTED (retried at once), OUT_OF_MEMORY (not retried, though retries=1), or TIMEOUT (not retried by
+# default, retried by the "time_limit" DAG's policy); a second try exits 0. The task's own retry_delay is an
+# hour: a retry that comes at once took the policy's delay.
+from airflow_provider_slurmapi.version_compat import AIRFLOW_V_3_3_PLUS  # noqa: E402
+
+if AIRFLOW_V_3_3_PLUS:
+    from airflow.sdk.definitions.retry_policy import RetryAction, RetryRule
+
+    from airflow_provider_slurmapi.api.failures import SlurmJobTimeLimitError
+    from airflow_provider_slurmapi.retry import SlurmRetryPolicy
+
+    for deferrable in (False, True):
+        for name, policy in (
+            ("default", SlurmRetryPolicy(cluster_fault_delay=timedelta(0))),
+            (
+                "time_limit",  # a rule of the user's, before the policy's own
+                SlurmRetryPolicy(
+                    [RetryRule(exception=SlurmJobTimeLimitError, action=RetryAction.RETRY, retry_delay=timedelta(0))],
+                    cluster_fault_delay=timedelta(0),
+                ),
+            ),
+        ):
+            with _dag(f"retry_policy_{name}_{deferrable}"):
+                SlurmSubmitJobOperator(
+                    task_id="train",
+                    script="#!/bin/bash\n[ {{ ti.try_number }} -gt 1 ] && { echo second try; exit 0; }\nsleep 120\n",
+                    current_working_directory=CWD,
+                    deferrable=deferrable,
+                    poll_interval=0.2,
+                    retries=1,
+                    retry_delay=timedelta(hours=1),
+                    retry_policy=policy,
+                )

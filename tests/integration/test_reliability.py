@@ -107,6 +107,9 @@ def test_requeued_job_is_still_waited_on(hook, slurmapi_emulator):
 
 
 def test_node_fail_is_a_retryable_failure(hook, slurmapi_emulator):
+    from airflow.providers.common.compat.sdk import AirflowFailException
+
+    from airflow_provider_slurmapi.api.failures import SlurmNodeFailureError
     from airflow_provider_slurmapi.api.watch import failure_error
     from airflow_provider_slurmapi.operators.slurmapi import SlurmJobError, _fail
 
@@ -116,7 +119,8 @@ def test_node_fail_is_a_retryable_failure(hook, slurmapi_emulator):
     job = hook.wait_for_job(job_id, poll_interval=0.1, timeout=60)
     assert job.state.base == "NODE_FAIL" and job.state.is_retryable_failure
     error = _fail(failure_error(job), retry_on_job_failure=False)
-    assert type(error) is SlurmJobError and "retry may succeed" in str(error)
+    assert isinstance(error, SlurmNodeFailureError) and isinstance(error, SlurmJobError)
+    assert not isinstance(error, AirflowFailException) and "retry may succeed" in str(error)
 
 
 def test_purged_while_running_is_followed_in_accounting(hook, slurmapi_emulator):
