@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from airflow_provider_slurmapi.api import results
+from airflow_provider_slurmapi.api import results, usage
 from airflow_provider_slurmapi.api.shapes import number, obj
 from airflow_provider_slurmapi.api.states import JobState
 from airflow_provider_slurmapi.api.versions import DEFAULT_VERSION, output_is_pattern
@@ -281,7 +281,15 @@ class SlurmJob:
             summary["time_limit_minutes"] = self.time_limit_minutes
         if self.cancelled_by:
             summary["cancelled_by"] = self.cancelled_by
+        used = self.usage
+        if used is not None:
+            summary["usage"] = used.as_dict()
         return summary
+
+    @property
+    def usage(self) -> usage.Usage | None:
+        """What the job used (:mod:`~airflow_provider_slurmapi.api.usage`), once it has ended."""
+        return usage.of_job(self) if self.state.is_terminal else None
 
     @property
     def cancelled_by(self) -> str:
@@ -331,6 +339,14 @@ class SlurmArrayJob(SlurmJob):
     """
 
     tasks: list[SlurmJob] = field(default_factory=list)
+
+    @property
+    def usage(self) -> usage.Usage | None:
+        """What the array's tasks used, summed, once the array has ended."""
+        if not self.state.is_terminal:
+            return None
+        elapsed = int(self.elapsed.total_seconds()) if self.elapsed is not None else None
+        return usage.summed((u for t in self.tasks if (u := usage.of_job(t)) is not None), elapsed)
 
     @classmethod
     def of(cls, array_id: int, records: Iterable[SlurmJob]) -> SlurmArrayJob:
@@ -410,6 +426,10 @@ class SlurmArrayJob(SlurmJob):
     def summary(self) -> dict[str, Any]:
         """The array's summary, with ``tasks``: one entry per task record (state, exit code, outputs)."""
         summary = super().summary()
+        summary.pop("usage", None)
+        used = self.usage
+        if used is not None:
+            summary["usage"] = used.as_dict()
         summary.update(
             array_task_count=self.task_count,
             array_tasks_completed=self.completed_count,

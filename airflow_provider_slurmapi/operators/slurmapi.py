@@ -38,7 +38,7 @@ from airflow.providers.common.compat.sdk import (
     redact,
 )
 
-from airflow_provider_slurmapi.api import checks, failures, results, staging, storage
+from airflow_provider_slurmapi.api import checks, failures, results, staging, storage, usage
 from airflow_provider_slurmapi.api.errors import (
     GoogleApiError,
     SlurmApiVersionError,
@@ -69,6 +69,19 @@ XCOM_JOB_ID = "slurm_job_id"
 XCOM_JOB = "slurm_job"
 XCOM_RESULT = "slurm_result"
 XCOM_OUTPUT_URI = "slurm_output_uri"
+XCOM_USAGE = "slurm_usage"
+
+
+def usage_text(summary: Mapping[str, Any]) -> str:
+    """What a job's summary says it used, in words (:meth:`~airflow_provider_slurmapi.api.usage.Usage.describe`);
+    "" when it has no usage (the job never ran)."""
+    used = summary.get("usage") if isinstance(summary, Mapping) else None
+    if not isinstance(used, Mapping):
+        return ""
+    try:
+        return usage.Usage(**used).describe()
+    except (TypeError, ValueError):  # a summary an older release wrote
+        return ""
 
 
 # Where the operator records its job in Airflow 3.3's task_state_store (shared by the task's tries).
@@ -570,6 +583,10 @@ class SlurmSubmitJobOperator(SlurmApiHookMixin, BaseOperator):
         job's own error comes first: there the bad result is only logged)."""
         context["ti"].xcom_push(key=XCOM_JOB, value=_without_published(summary))
         self._record_shown(context, summary)
+        used = usage_text(summary)
+        if used:
+            context["ti"].xcom_push(key=XCOM_USAGE, value=summary["usage"])
+            self.log.info("Slurm job %s used %s", summary.get("display_id") or summary.get("job_id"), used)
         if not self.publish_results:
             return None
         reading = self._read_published(context, summary)
@@ -616,7 +633,11 @@ class SlurmSubmitJobOperator(SlurmApiHookMixin, BaseOperator):
         context["ti"].xcom_push(key=results.XCOM_SHOWN, value=shown)
 
     def _with_quote(self, message: str, summary: dict[str, Any]) -> str:
-        """A failure's message, with the last lines of the job's stderr when it published them."""
+        """A failure's message, with what the job used and the last lines of its stderr when it published
+        them."""
+        used = usage_text(summary)
+        if used:
+            message = f"{message}\nIt used {used}."
         quote = str(redact(results.read(summary).quote)) if self.publish_results else ""
         return f"{message}\nLast lines of its stderr:\n{quote}" if quote else message
 

@@ -63,6 +63,13 @@ def test_the_json_the_job_writes_is_xcom_slurm_result(backend, monkeypatch, capf
     }
     assert "training" in log  # the output's tail, in the task log
     assert "published" not in ti.xcom_pull(task_ids="train", key="slurm_job")  # the tails stay in the log
+    # what the job used, from the record the wait read: its allocation times its run
+    job = ti.xcom_pull(task_ids="train", key="slurm_job")
+    used = ti.xcom_pull(task_ids="train", key="slurm_usage")
+    assert used == job["usage"] and used["cpus"] >= 1 and used["nodes"] == 1 and used["gpus"] == 0
+    assert used["elapsed_seconds"] == job["elapsed_seconds"] and used["queue_wait_seconds"] >= 0
+    assert used["cpu_hours"] == round(used["cpus"] * used["elapsed_seconds"] / 3600, 4)
+    assert f"Slurm job {job_id} used 1 node, {used['cpus']} CPU" in log
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -124,6 +131,8 @@ def test_an_array_publishes_one_result_per_task(backend, monkeypatch, capfd, mod
     result = ti.xcom_pull(task_ids="train", key="slurm_result")
     assert result == {f"{job_id}_{n}": {"task": n} for n in range(3)}
     assert all(f"task {n}" in log for n in range(3))
+    used = ti.xcom_pull(task_ids="train", key="slurm_usage")  # summed over the array's three tasks
+    assert used["tasks"] == 3 and used["cpus"] >= 1 and f"Slurm job {job_id} used 3 tasks, " in log
 
 
 @pytest.mark.parametrize("mode", MODES)

@@ -471,6 +471,8 @@ def test_an_ended_job_shows_accountings_record_under_the_queues_tag(page_client)
     assert reply.status_code == 200, reply.text
     assert "accounting (/slurmdb)" in reply.text
     assert 'href="/dags/train_dag/runs/manual__2026-01-01T00%3A00%3A00%2B00%3A00/tasks/train"' in reply.text
+    # what it used, from the record shown (real Slurm 24.11's: 1 CPU on 1 node for 2 s)
+    assert '<dd id="usage">1 node, 1 CPU for 2s (queued 2s): 0.0006 node-hours, 0.0006 CPU-hours</dd>' in reply.text
     assert page_client["hook"].calls == ["get_job 1", "GET /slurmdb/v0.0.42/job/1"]
 
 

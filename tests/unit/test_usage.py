@@ -1,0 +1,102 @@
+"""What a job used (api/usage.py), from records real Slurm 24.11 and 26.05 gave, and how the operator reports
+it: XCom ``slurm_usage``, a log line, and the failure message of a failed job."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+
+from airflow_provider_slurmapi.api import usage
+from airflow_provider_slurmapi.api.failures import SlurmJobFailedError
+from airflow_provider_slurmapi.api.job_event import JobEvent
+from airflow_provider_slurmapi.api.jobs import SlurmArrayJob, SlurmJob
+from airflow_provider_slurmapi.operators.slurmapi import SlurmSubmitJobOperator
+from tests.fixtures import recorded
+from tests.unit.test_task_resume import Ti
+
+
+def accounted(name: str, release: str) -> list[SlurmJob]:
+    return [SlurmJob.from_slurmdb(j) for j in recorded(name, release)["jobs"]]
+
+
+@pytest.mark.parametrize(
+    ("release", "name", "source"),
+    [
+        ("24.11", "slurmdb_job", "accounting"),
+        ("24.11", "job_completed", "queue"),
+        ("26.05", "slurmdb_job_completed", "accounting"),
+    ],
+)
+def test_a_real_records_usage_is_its_allocation_times_its_run(release, name, source):
+    record = recorded(name, release)["jobs"][0]
+    job = SlurmJob.from_slurmdb(record) if source == "accounting" else SlurmJob.from_job_info(record)
+    used = job.summary()["usage"]
+    seconds = int(job.elapsed.total_seconds())
+    assert used["elapsed_seconds"] == seconds > 0
+    assert used["queue_wait_seconds"] == int((job.start_time - job.submit_time).total_seconds())
+    assert used["cpus"] >= 1 and used["nodes"] == 1 and used["gpus"] == 0
+    assert used["cpu_hours"] == round(used["cpus"] * seconds / 3600, 4)
+    assert used["node_hours"] == round(seconds / 3600, 4) and used["gpu_hours"] == 0
+    assert used["max_rss_bytes"] is None  # the test clusters gather no step statistics
+
+
+def test_a_real_arrays_usage_sums_its_tasks():
+    tasks = accounted("slurmdb_array_completed", "26.05")
+    array = SlurmArrayJob.of(tasks[0].array_job_id, tasks)
+    used = array.summary()["usage"]
+    parts = [usage.of_job(t) for t in tasks]
+    assert used["tasks"] == len(tasks) > 1
+    assert used["cpu_hours"] == round(sum(p.cpu_hours for p in parts if p), 4)
+
+
+def test_gpus_come_from_the_allocation_untyped_or_summed_by_type():
+    assert usage.allocated("cpu=8,mem=64G,node=2,billing=8,gres/gpu=16,gres/gpu:a100=16") == {
+        "cpu": 8,
+        "node": 2,
+        "gpu": 16,
+    }
+    assert usage.allocated("cpu=4,gres/gpu:a100=2,gres/gpu:h100=1")["gpu"] == 3
+    assert usage.allocated("garbage,cpu=x,=3") == {"gpu": 0}
+    job = SlurmJob.from_slurmdb(recorded("slurmdb_job", "24.11")["jobs"][0])
+    job.tres_allocated = "cpu=16,node=2,gres/gpu=8"
+    job.elapsed = job.elapsed.__class__(hours=2)
+    used = usage.of_job(job)
+    assert used is not None and (used.node_hours, used.cpu_hours, used.gpu_hours) == (4.0, 32.0, 16.0)
+    assert "8 GPUs for 2h 00m 00s" in used.describe() and "16 GPU-hours" in used.describe()
+
+
+def test_max_rss_is_the_largest_step_maximum_and_hostile_values_are_ignored():
+    record: dict[str, Any] = copy.deepcopy(recorded("slurmdb_job", "24.11")["jobs"][0])
+    record["steps"] = [
+        {"tres": {"requested": {"max": [{"type": "mem", "count": 3 * 2**30}, {"type": "cpu", "count": 9}]}}},
+        {"tres": {"requested": {"max": [{"type": "mem", "count": 2**30}, {"type": "mem", "count": "lots"}]}}},
+        {"tres": "not a mapping"},
+        "not a step",
+    ]
+    assert usage.max_rss(record) == 3 * 2**30
+    assert "max RSS 3.0 GiB" in usage.of_job(SlurmJob.from_slurmdb(record)).describe()
+
+
+def test_a_job_that_never_ran_has_no_usage():
+    record = copy.deepcopy(recorded("job_pending", "24.11")["jobs"][0])
+    assert "usage" not in SlurmJob.from_job_info(record).summary()
+
+
+def ended(state: str) -> dict[str, Any]:
+    record = copy.deepcopy(recorded("job_completed", "24.11")["jobs"][0])
+    record["job_state"] = [state]
+    return JobEvent.ended(record["job_id"], SlurmJob.from_job_info(record)).payload()
+
+
+def test_the_task_pushes_its_jobs_usage_logs_it_and_names_it_when_the_job_failed():
+    ti = Ti()
+    SlurmSubmitJobOperator(task_id="t", script="#!/bin/sh\n", publish_results=False).execute_complete(
+        {"ti": ti}, ended("COMPLETED")
+    )
+    assert ti.pushed["slurm_usage"]["cpu_hours"] == ti.pushed["slurm_job"]["usage"]["cpu_hours"] > 0
+    with pytest.raises(SlurmJobFailedError, match=r"It used 1 node, 1 CPU for 2s \(queued 2s\): 0.0006 node-hours"):
+        SlurmSubmitJobOperator(task_id="t", script="#!/bin/sh\n", publish_results=False).execute_complete(
+            {"ti": Ti()}, ended("OUT_OF_MEMORY")
+        )
