@@ -54,13 +54,16 @@ class SharedChangeFeed:
     def subscribe(self, follower: OutputFollower) -> None:
         self.subscribers.setdefault(follower.task_instance.object_name(""), set()).add(follower)
 
-    def unsubscribe(self, follower: OutputFollower) -> None:
-        prefix = follower.task_instance.object_name("")
-        followers = self.subscribers.get(prefix)
-        if followers is not None:
-            followers.discard(follower)
-            if not followers:
-                del self.subscribers[prefix]
+    def unsubscribe(self, follower: OutputFollower | None) -> None:
+        """Leave (``None``: a trigger that got the feed but never followed anything); the last to leave drops
+        the feed."""
+        if follower is not None:
+            prefix = follower.task_instance.object_name("")
+            followers = self.subscribers.get(prefix)
+            if followers is not None:
+                followers.discard(follower)
+                if not followers:
+                    del self.subscribers[prefix]
         if not self.subscribers and self._registry.get(self.key) is self:
             del self._registry[self.key]
 

@@ -367,7 +367,7 @@ class _Follow:
             await asyncio.to_thread(self.positions.save, self.follower.position(), log)
 
     def close(self) -> None:
-        if self.feed is not None and self.follower is not None:
+        if self.feed is not None:
             self.feed.unsubscribe(self.follower)
 
 

@@ -240,3 +240,39 @@ def test_a_fed_follower_is_idle_only_when_a_poll_would_find_nothing(client, fake
     assert follower.poll() == []  # past a gap (the chunk at 0 was not announced)
     assert not follower.idle()  # the gap is timed by polls
     assert not storage.OutputFollower(client, location, "4").idle()  # alone, it lists every poll
+
+
+def test_the_triggers_of_a_loop_share_one_listing_and_each_hears_only_of_its_own_chunks(client, fake_gcs):
+    import asyncio
+
+    from airflow_provider_slurmapi.triggers.changes import SharedChangeFeed
+
+    first_run = ROOT.for_task("d", "first", "r", -1, 1).for_job("21")
+    second_run = ROOT.for_task("d", "second", "r", 3, 2).for_job("22")
+
+    async def main() -> None:
+        feed = SharedChangeFeed.get("conn", ROOT, 60.0, lambda: client)
+        assert SharedChangeFeed.get("conn", ROOT, 5.0, lambda: client) is feed and feed.interval == 5.0
+        first = storage.OutputFollower(client, ROOT.for_task_instance("d", "first", "r", -1), "21", announced=True)
+        second = storage.OutputFollower(client, ROOT.for_task_instance("d", "second", "r", 3), "22", announced=True)
+        feed.subscribe(first)
+        feed.subscribe(second)
+        now = int(__import__("time").time())
+        mine = stage(fake_gcs, first_run, "stdout", 0, b"a\n", now)
+        theirs = stage(fake_gcs, second_run, "stdout", 0, b"b\n", now)
+
+        def listings() -> int:
+            return sum(1 for _, path in fake_gcs.requests_seen() if "prefix=unit-feed%2F.changes%2F" in path)
+
+        before = listings()  # other tests' listings of the same location
+        await asyncio.gather(*(feed.refresh() for _ in range(10)))  # ten triggers polling at once
+        assert listings() == before + 1  # one listing for all
+        assert list(first.inbox) == [mine] and list(second.inbox) == [theirs]
+        await feed.refresh()  # within the interval: no listing
+        assert listings() == before + 1
+        feed.unsubscribe(first)
+        assert SharedChangeFeed._registry.get(feed.key) is feed
+        feed.unsubscribe(second)
+        assert feed.key not in SharedChangeFeed._registry  # the last to leave drops it
+
+    asyncio.run(main())

@@ -4,6 +4,7 @@ it: XCom ``slurm_usage``, a log line, and the failure message of a failed job.""
 from __future__ import annotations
 
 import copy
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -33,6 +34,7 @@ def test_a_real_records_usage_is_its_allocation_times_its_run(release, name, sou
     record = recorded(name, release)["jobs"][0]
     job = SlurmJob.from_slurmdb(record) if source == "accounting" else SlurmJob.from_job_info(record)
     used = job.summary()["usage"]
+    assert job.elapsed is not None and job.start_time is not None and job.submit_time is not None
     seconds = int(job.elapsed.total_seconds())
     assert used["elapsed_seconds"] == seconds > 0
     assert used["queue_wait_seconds"] == int((job.start_time - job.submit_time).total_seconds())
@@ -44,6 +46,7 @@ def test_a_real_records_usage_is_its_allocation_times_its_run(release, name, sou
 
 def test_a_real_arrays_usage_sums_its_tasks():
     tasks = accounted("slurmdb_array_completed", "26.05")
+    assert tasks[0].array_job_id is not None
     array = SlurmArrayJob.of(tasks[0].array_job_id, tasks)
     used = array.summary()["usage"]
     parts = [usage.of_job(t) for t in tasks]
@@ -61,7 +64,7 @@ def test_gpus_come_from_the_allocation_untyped_or_summed_by_type():
     assert usage.allocated("garbage,cpu=x,=3") == {"gpu": 0}
     job = SlurmJob.from_slurmdb(recorded("slurmdb_job", "24.11")["jobs"][0])
     job.tres_allocated = "cpu=16,node=2,gres/gpu=8"
-    job.elapsed = job.elapsed.__class__(hours=2)
+    job.elapsed = timedelta(hours=2)
     used = usage.of_job(job)
     assert used is not None and (used.node_hours, used.cpu_hours, used.gpu_hours) == (4.0, 32.0, 16.0)
     assert "8 GPUs for 2h 00m 00s" in used.describe() and "16 GPU-hours" in used.describe()
@@ -76,7 +79,8 @@ def test_max_rss_is_the_largest_step_maximum_and_hostile_values_are_ignored():
         "not a step",
     ]
     assert usage.max_rss(record) == 3 * 2**30
-    assert "max RSS 3.0 GiB" in usage.of_job(SlurmJob.from_slurmdb(record)).describe()
+    used = usage.of_job(SlurmJob.from_slurmdb(record))
+    assert used is not None and "max RSS 3.0 GiB" in used.describe()
 
 
 def test_a_job_that_never_ran_has_no_usage():
