@@ -25,14 +25,17 @@ failure                     what the job met                          default ac
 ``cancelled``               CANCELLED (scancel, an admin)             fail
 ``deadline``                DEADLINE                                  fail
 ``exit_code``               FAILED (its script's non-zero exit)       fail
-``spec_error``              the job refused before it was submitted   fail
-``other``                   any other failure of a job or of the API  ``DEFAULT`` (the task's ``retries``)
+``other``                   any other end (SPECIAL_EXIT; an array     ``DEFAULT`` (the task's ``retries``)
+                            whose tasks failed in different ways)
 =========================== ========================================= ===================
 
 Each is a keyword argument taking a :class:`~airflow.sdk.RetryAction` (``RETRY``, ``FAIL`` or ``DEFAULT``);
 ``rules`` are asked first (your own :class:`~airflow.sdk.RetryRule` list). A retry still counts against the
 task's ``retries``. With a ``retry_policy`` on the task, the operator's ``retry_on_job_failure`` no longer
-applies: the policy decides. Airflow before 3.3 has no retry policies: use ``retry_on_job_failure``.
+applies: the policy decides. A job spec that Slurm or the provider refuses always fails at once
+(``SlurmJobFailedNoRetry``, an ``AirflowFailException``, which Airflow never asks a policy about: the same
+spec fails the same way), and a failure to reach the API follows the task's ``retries``. Airflow before 3.3
+has no retry policies: use ``retry_on_job_failure``.
 """
 
 from __future__ import annotations
@@ -48,7 +51,6 @@ except ImportError:  # pragma: no cover - Airflow before 3.3
     ) from None
 
 from airflow_provider_slurmapi.api import failures
-from airflow_provider_slurmapi.api.errors import SlurmJobApiError, SlurmJobSpecError, SlurmRequestRejectedError
 
 __all__ = ["SlurmRetryPolicy"]
 
@@ -57,8 +59,8 @@ CLUSTER_FAULT_DELAY = timedelta(minutes=1)
 
 class SlurmRetryPolicy(ExceptionRetryPolicy):
     """Retries a task whose job the cluster lost (preempted, node failure) after ``cluster_fault_delay``,
-    fails it at once on out-of-memory, time limit, cancel, deadline, a non-zero exit and a refused job
-    spec; each overridable (see the module's table).
+    fails it at once on out-of-memory, time limit, cancel, deadline and a non-zero exit; each overridable
+    (see the module's table).
 
     :param rules: asked before the policy's own (first match wins).
     :param cluster_fault_delay: the retry delay after a preemption or a node failure (default 1 minute).
@@ -69,10 +71,8 @@ class SlurmRetryPolicy(ExceptionRetryPolicy):
     :param cancelled: action on :class:`~airflow_provider_slurmapi.api.failures.SlurmJobCancelledError`.
     :param deadline: action on :class:`~airflow_provider_slurmapi.api.failures.SlurmJobDeadlineError`.
     :param exit_code: action on :class:`~airflow_provider_slurmapi.api.failures.SlurmJobExitCodeError`.
-    :param spec_error: action on a job refused before or at submit (``SlurmJobSpecError``, a rejected
-        request).
-    :param other: action on any other failure of a job or of the API (default ``DEFAULT``: the task's
-        ``retries`` apply).
+    :param other: action on any other failed job (``SlurmJobFailedError`` itself: SPECIAL_EXIT, an array
+        whose tasks failed in different ways) (default ``DEFAULT``: the task's ``retries`` apply).
     """
 
     def __init__(
@@ -87,7 +87,6 @@ class SlurmRetryPolicy(ExceptionRetryPolicy):
         cancelled: RetryAction = RetryAction.FAIL,
         deadline: RetryAction = RetryAction.FAIL,
         exit_code: RetryAction = RetryAction.FAIL,
-        spec_error: RetryAction = RetryAction.FAIL,
         other: RetryAction = RetryAction.DEFAULT,
     ) -> None:
         for name, value in (
@@ -98,7 +97,6 @@ class SlurmRetryPolicy(ExceptionRetryPolicy):
             ("cancelled", cancelled),
             ("deadline", deadline),
             ("exit_code", exit_code),
-            ("spec_error", spec_error),
             ("other", other),
         ):
             if not isinstance(value, RetryAction):
@@ -120,8 +118,6 @@ class SlurmRetryPolicy(ExceptionRetryPolicy):
             rule(failures.SlurmJobCancelledError, cancelled, "The job was cancelled"),
             rule(failures.SlurmJobDeadlineError, deadline, "The job missed its deadline"),
             rule(failures.SlurmJobExitCodeError, exit_code, "The job's script failed"),
-            rule(SlurmJobSpecError, spec_error, "The job's spec was refused"),
-            rule(SlurmRequestRejectedError, spec_error, "Slurm refused the job"),
-            rule(SlurmJobApiError, other, "Slurm job failure"),
+            rule(failures.SlurmJobFailedError, other, "The Slurm job failed"),
         ]
         super().__init__(rules=[*rules, *own], default=RetryAction.DEFAULT)

@@ -398,6 +398,9 @@ class OutputFollower:
             streams[parsed[0]][name] = Chunk(parsed[0], parsed[1], size, name)
 
     def _list(self) -> None:
+        """What is staged, afresh: an announced chunk that is not there (another writer to the bucket may
+        announce anything) is forgotten, so it cannot hold the follower in a gap."""
+        self.known = {}
         for blob in self.client.list_blobs(self.task_instance.bucket, prefix=self.task_instance.object_name("")):
             self._learn(blob.name, int(blob.size or 0))
         self.listed, self.gap_since = True, None

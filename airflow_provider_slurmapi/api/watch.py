@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import TypeVar
 
+from airflow_provider_slurmapi.api import failures
 from airflow_provider_slurmapi.api.errors import SlurmJobApiError, SlurmJobFailedError, SlurmJobNotFoundError
 from airflow_provider_slurmapi.api.jobs import SlurmArrayJob, SlurmJob
 from airflow_provider_slurmapi.api.states import DEFAULT_ERROR_BUDGET, JobState
@@ -197,11 +198,12 @@ def array_outcome_text(job: SlurmArrayJob) -> str:
 
 
 def failure_error(job: SlurmJob) -> SlurmJobFailedError:
-    """The error for a job that ended in a state other than COMPLETED."""
+    """The error for a job that ended in a state other than COMPLETED, of its failure's type
+    (:mod:`~airflow_provider_slurmapi.api.failures`)."""
     retryable = job.state.is_retryable_failure
     advice = (
         "This is a failure of the cluster rather than of the job, so a retry may succeed."
         if retryable
         else "Read the job's output for the cause."
     )
-    return SlurmJobFailedError(f"{outcome_text(job)}. {advice}", job=job, retryable=retryable)
+    return failures.typed_failure(f"{outcome_text(job)}. {advice}", job, retryable=retryable)

@@ -108,8 +108,6 @@ def _fail(error: SlurmJobApiError, *, retry_on_job_failure: bool, policy: bool =
     if isinstance(error, (SlurmJobSpecError, SlurmRequestRejectedError)) or is_configuration_error(error):
         return SlurmJobFailedNoRetry(str(error))
     if isinstance(error, SlurmJobFailedError):
-        if type(error) is SlurmJobFailedError:
-            error = failures.typed_failure(str(error), error.job, retryable=error.retryable)
         return task_failure(error, final=not (error.retryable or retry_on_job_failure or policy))
     return SlurmJobError(str(error))
 
@@ -563,7 +561,7 @@ class SlurmSubmitJobOperator(SlurmApiHookMixin, BaseOperator):
         if not job.state.is_success:
             error = failure_error(job)
             raise _fail(
-                SlurmJobFailedError(self._with_quote(str(error), summary), job=job, retryable=error.retryable),
+                failures.typed_failure(self._with_quote(str(error), summary), job, retryable=error.retryable),
                 retry_on_job_failure=self.retry_on_job_failure,
                 policy=self.has_retry_policy,
             )
@@ -661,7 +659,7 @@ class SlurmSubmitJobOperator(SlurmApiHookMixin, BaseOperator):
             )
         if ended.status == FAILED:
             message = self._with_quote(ended.message, ended.job or {})
-            error = SlurmJobFailedError(message, job=ended.job, retryable=ended.retryable)
+            error = failures.typed_failure(message, ended.job, retryable=ended.retryable)
             raise _fail(error, retry_on_job_failure=self.retry_on_job_failure, policy=self.has_retry_policy)
         raise SlurmJobError(f"Waiting for Slurm job {job_id} failed: {ended.message}")
 

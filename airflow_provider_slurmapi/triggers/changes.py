@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -28,11 +29,15 @@ class SharedChangeFeed:
 
     _registry: dict[tuple[int, str, str], SharedChangeFeed] = {}
 
-    def __init__(self, key: tuple[int, str, str], feed: ChangeFeed, client: Any, interval: float) -> None:
+    def __init__(
+        self, key: tuple[int, str, str], feed: ChangeFeed, make_client: Callable[[], Any], interval: float
+    ) -> None:
         self.key = key
         self.feed = feed
-        self.client = client
         self.interval = interval
+        self._make_client = make_client
+        self._client: Any = None
+        self._client_lock = threading.Lock()
         self.subscribers: dict[str, set[OutputFollower]] = {}  # by task instance prefix
         self._last: float | None = None
         self._listing: asyncio.Future[None] | None = None
@@ -47,9 +52,18 @@ class SharedChangeFeed:
         key = (id(asyncio.get_running_loop()), conn_key, root.uri)
         feed = cls._registry.get(key)
         if feed is None:
-            feed = cls._registry[key] = cls(key, ChangeFeed(root), make_client(), float(interval))
+            feed = cls._registry[key] = cls(key, ChangeFeed(root), make_client, float(interval))
         feed.interval = min(feed.interval, float(interval))
         return feed
+
+    def client(self) -> Any:
+        """The feed's storage client, which its followers share (google-cloud-storage's clients may be
+        shared across threads); made on first use. Blocking (reading the connection, building credentials):
+        call it in a worker thread, never on the event loop."""
+        with self._client_lock:
+            if self._client is None:
+                self._client = self._make_client()
+            return self._client
 
     def subscribe(self, follower: OutputFollower) -> None:
         self.subscribers.setdefault(follower.task_instance.object_name(""), set()).add(follower)
@@ -77,7 +91,7 @@ class SharedChangeFeed:
         self._listing = asyncio.get_running_loop().create_future()
         self._last = time.monotonic()
         try:
-            names = await asyncio.to_thread(self.feed.poll, self.client)
+            names = await asyncio.to_thread(lambda: self.feed.poll(self.client()))
         except Exception as err:  # the storage's fault: the followers read what they missed at the job's end
             self.failures += 1
             log.warning("Could not list what is new in %s: %s", self.feed.root.uri, err)

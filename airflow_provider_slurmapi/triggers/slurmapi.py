@@ -333,7 +333,7 @@ class _Follow:
         location = StagingLocation.of(self.trigger.staging_uri or "")
         # The feed's client serves its followers too (google-cloud-storage's clients may be shared across
         # threads): one connection pool and one token for the location, not one per task.
-        client = self.feed.client if self.feed is not None else self.hook.storage_client()
+        client = self.feed.client() if self.feed is not None else self.hook.storage_client()
         follower = storage.OutputFollower(client, location, self.job_id, announced=self.feed is not None)
         saved = self.positions.load(self.trigger.log) if self.positions else None
         if saved is not None and follower.resume(saved):

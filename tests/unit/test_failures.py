@@ -71,13 +71,16 @@ def test_a_non_zero_exit_carries_its_code_and_a_time_limit_its_limit():
     assert limited.value.time_limit_minutes == 7
 
 
-def test_who_cancelled_a_job_is_read_from_its_accounting_record():
-    job = SlurmJob(job_id=5, name="n", state=SlurmJob.from_job_info(recorded("job_failed")["jobs"][0]).state)
-    summary = {**job.summary(), "state": "CANCELLED", "cancelled_by": "alice"}
-    error = failures.typed_failure("cancelled", summary, retryable=False)
-    assert isinstance(error, failures.SlurmJobCancelledError) and error.cancelled_by == "alice"
-    record = SlurmJob(job_id=5, name="n", state=job.state, raw={"kill_request_user": "bob"})
-    assert record.summary()["cancelled_by"] == "bob"
+@pytest.mark.parametrize(
+    ("release", "name"), [("24.11", "slurmdb_job_cancelled"), ("26.05", "slurmdb_job_cancelled_cancelled")]
+)
+def test_who_cancelled_a_job_is_read_from_its_real_accounting_record(release, name):
+    record = recorded(name, release)["jobs"][0]
+    job = SlurmJob.from_slurmdb(record)
+    assert job.summary()["cancelled_by"] == record["kill_request_user"] == "ciuser"  # the test cluster's user
+    error = failures.typed_failure("cancelled", job, retryable=False)
+    assert isinstance(error, failures.SlurmJobCancelledError) and error.cancelled_by == "ciuser"
+    assert error.job_id == str(record["job_id"]) and error.state == "CANCELLED"
 
 
 def test_an_arrays_failure_takes_the_type_its_failed_tasks_share():

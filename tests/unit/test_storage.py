@@ -4,6 +4,7 @@ overlaps and gaps, a requeued job's new run, tails, and the checked result."""
 from __future__ import annotations
 
 import hashlib
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -251,8 +252,15 @@ def test_the_triggers_of_a_loop_share_one_listing_and_each_hears_only_of_its_own
     second_run = ROOT.for_task("d", "second", "r", 3, 2).for_job("22")
 
     async def main() -> None:
-        feed = SharedChangeFeed.get("conn", ROOT, 60.0, lambda: client)
-        assert SharedChangeFeed.get("conn", ROOT, 5.0, lambda: client) is feed and feed.interval == 5.0
+        made: list[threading.Thread] = []
+
+        def make_client() -> Any:  # blocking in a triggerer (the connection, credentials): never on the loop
+            made.append(threading.current_thread())
+            return client
+
+        feed = SharedChangeFeed.get("conn", ROOT, 60.0, make_client)
+        assert SharedChangeFeed.get("conn", ROOT, 5.0, make_client) is feed and feed.interval == 5.0
+        assert made == []
         first = storage.OutputFollower(client, ROOT.for_task_instance("d", "first", "r", -1), "21", announced=True)
         second = storage.OutputFollower(client, ROOT.for_task_instance("d", "second", "r", 3), "22", announced=True)
         feed.subscribe(first)
@@ -268,6 +276,7 @@ def test_the_triggers_of_a_loop_share_one_listing_and_each_hears_only_of_its_own
         await asyncio.gather(*(feed.refresh() for _ in range(10)))  # ten triggers polling at once
         assert listings() == before + 1  # one listing for all
         assert list(first.inbox) == [mine] and list(second.inbox) == [theirs]
+        assert len(made) == 1 and made[0] is not threading.main_thread()
         await feed.refresh()  # within the interval: no listing
         assert listings() == before + 1
         feed.unsubscribe(first)
@@ -276,3 +285,19 @@ def test_the_triggers_of_a_loop_share_one_listing_and_each_hears_only_of_its_own
         assert feed.key not in SharedChangeFeed._registry  # the last to leave drops it
 
     asyncio.run(main())
+
+
+def test_an_announcement_of_a_chunk_that_is_not_there_holds_the_follower_once_only(client, fake_gcs):
+    """Anyone who may write to the bucket may announce anything: a chunk that does not exist costs one
+    listing of the job's prefix, then it is forgotten (no listing a minute for the rest of the job)."""
+    clock = Clock(0.0)
+    location = ROOT.for_task_instance("d", "bogus", "r", -1)
+    run = ROOT.for_task("d", "bogus", "r", -1, 1).for_job("5")
+    stage(fake_gcs, run, "stdout", 0, b"one\n", 1)
+    follower = storage.OutputFollower(client, location, "5", announced=True, clock=clock)
+    assert follower.poll() == [("stdout", "one")]
+    follower.announce([run.object_name(chunk_name("stdout", 10**9))])  # never staged
+    assert follower.poll() == [] and not follower.idle()
+    clock.now += storage.GAP_RELIST_SECONDS
+    assert follower.poll() == []  # listed once: the chunk is not there
+    assert follower.idle()
