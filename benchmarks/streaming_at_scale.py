@@ -44,6 +44,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -122,6 +123,7 @@ def measure(mode: str, n: int, interval: float, duration: float) -> dict[str, An
             poll_interval=interval,
             staging_uri=task_instance(i).uri if staged else None,
             staging_root=root.uri if staged else None,
+            read_results=True,  # as the operator's (publish_results): the wrapper's report comes with the end
         )
         async for event in wait.run():
             assert event.payload["status"] == "success", event.payload
@@ -167,10 +169,21 @@ class Writers:
     """What N jobs' wrappers write while they run: a line a second each, a chunk and its announcement
     every ``every`` seconds at the job's own phase, until ``until``."""
 
-    def __init__(self, storage: Any, jobs: list[int], every: float, start: float, until: float) -> None:
+    def __init__(
+        self,
+        storage: Any,
+        jobs: list[int],
+        every: float,
+        start: float,
+        until: float,
+        publish: Callable[[str], Any] | None = None,
+    ) -> None:
         """Lines are printed from ``start`` to ``until``; each job's last pass at ``until`` (which must leave
-        the writers time to store everything before the jobs end)."""
+        the writers time to store everything before the jobs end), then ``publish`` is given each job's
+        ``<job>:<bytes staged>``."""
         self.storage = storage
+        self.publish = publish
+        self._asking = threading.Lock()  # one question to the emulator at a time
         self.jobs = jobs
         self.every = every
         self.start = start
@@ -180,6 +193,7 @@ class Writers:
         self.failures = 0
         self.late: list[float] = []  # how long after its time each store while running was made (their own lag)
         self.final_from: dict[int, int] = {}  # per job, the first line its last pass (at its end) stored
+        self.final_done: list[float] = []  # when each last pass was stored
         self._thread = threading.Thread(target=self._run, daemon=True, name="bench-writers")
 
     def begin(self) -> None:
@@ -213,6 +227,11 @@ class Writers:
             return
         self.printed[job] += count
         self.offsets[job] += len(data)
+        if last:
+            self.final_done.append(time.time())
+            if self.publish is not None:  # then the job's publication: its report of what it staged
+                with self._asking:
+                    self.publish(f"{job}:{self.offsets[job]}")
 
     def _run(self) -> None:
         n = len(self.jobs)
@@ -265,7 +284,9 @@ def run_case(
         released = emu.ask("released")["at"]
     # The jobs print until LAST_PASS seconds before they end: time for their last passes (N at once from one
     # writer here, N nodes in parallel on a cluster) to be stored before the triggers see the jobs end.
-    writers = Writers(storage, jobs, every, released, released + duration - LAST_PASS)
+    writers = Writers(
+        storage, jobs, every, released, released + duration - LAST_PASS, lambda jobs: emu.ask(f"publish-staged {jobs}")
+    )
     writers.begin()
     reader.join()
     writers.join()
@@ -316,7 +337,27 @@ def run_case(
         "missing_running": sum(
             1 for job in jobs for k in range(writers.final_from.get(job, 0)) if (job, k) not in logged
         ),
+        # Last passes stored after their job ended (a loaded machine's writer falls behind): the trigger
+        # may have read the job's end before them, which a real job's wrapper never lets happen.
+        "last_pass_after_end": sum(1 for at in writers.final_done if at > released + duration),
+        "requests_by_kind": request_kinds(requests, first_end),
     }
+
+
+def request_kinds(requests: list[tuple[float, str]], first_end: float) -> dict[str, int]:
+    """How many of the triggers' storage requests were listings of the announcements, listings of a task
+    instance's own prefix, and reads of an object, while the jobs ran and at their ends."""
+    kinds: dict[str, int] = {}
+    for at, path in requests:
+        if "alt=media" in path:
+            kind = "read"
+        elif "prefix=" in path:
+            kind = "feed listing" if "%2F.changes%2F" in path or "/.changes/" in path else "own listing"
+        else:
+            kind = "other"
+        key = f"{kind} {'running' if at < first_end else 'end'}"
+        kinds[key] = kinds.get(key, 0) + 1
+    return dict(sorted(kinds.items()))
 
 
 def main() -> None:
@@ -363,6 +404,13 @@ def main() -> None:
             f"{r['lag_p99_ms']:>6.1f}ms {r['delay_p50_s']:>8.1f}s {r['delay_p95_s']:>8.1f}s "
             f"{r['lines_printed']:>8} {r['lines_logged']:>8} {r['lines_twice']:>6} {r['writer_late_p95_s']:>7.1f}s"
         )
+    for r in rows:
+        if r["requests_by_kind"]:
+            kinds = ", ".join(f"{kind} {count}" for kind, count in r["requests_by_kind"].items())
+            print(
+                f"{r['mode']} storage requests: {kinds}; last passes stored after their job ended: "
+                f"{r['last_pass_after_end']}"
+            )
     by_mode = {r["mode"]: r for r in rows}
     if {"plain", "streaming"} <= set(by_mode):
         plain, streaming = by_mode["plain"], by_mode["streaming"]

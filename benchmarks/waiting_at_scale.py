@@ -119,6 +119,19 @@ def serve_emulator() -> None:
                     )
                     assert code == 0, err
                 print("{}", flush=True)
+            elif command == "publish-staged":
+                # Each job's publication with its staging report (``<job>:<stdout bytes staged>``), as the
+                # wrapper writes it at the job's exit after its last chunk (benchmarks/streaming_at_scale.py).
+                # A job that already ended (a loaded machine's writer fell behind) is counted, not published.
+                late = 0
+                for item in args:
+                    job_id, size = item.split(":")
+                    code, _, err = update(
+                        emu._cluster, ["update", f"JobId={job_id}", f"Comment={staged_comment(job_id, int(size))}"]
+                    )
+                    late += code != 0 and "finished" in err
+                    assert code == 0 or "finished" in err, err
+                print(json.dumps({"late": late}), flush=True)
             elif command == "account-copy":
                 # Each job's accounting comment: the wrapper's percent-quoted copy of its comment, written
                 # as a job does, with the emulator's sacctmgr.
@@ -207,6 +220,18 @@ def published_comment(job_id: str) -> str:
 
     comment = f"bench {MARK}" + SEP.join(["", job_id, RESULT_NONE, "0", "", "", ""])
     assert parse(comment, job_id) is not None
+    return comment
+
+
+def staged_comment(job_id: str, stdout_bytes: int) -> str:
+    """A comment as the wrapper leaves it at the exit of a job that staged ``stdout_bytes`` of output (stderr
+    merged) and wrote no result: the publication with its staging report."""
+    from airflow_provider_slurmapi.api.results import MARK_STAGED, RESULT_NONE, SEP, parse
+
+    report = f"try=1;run=0;stdout={stdout_bytes}/{stdout_bytes};stderr=merged;result=none;error="
+    comment = f"bench {MARK_STAGED}" + SEP.join(["", job_id, RESULT_NONE, "1", report, "", "", ""])
+    published = parse(comment, job_id)
+    assert published is not None and published.staged == report
     return comment
 
 

@@ -57,7 +57,29 @@ def storage_client(credentials: Any, project: str | None = None) -> Any:
         raise ImportError(
             f"Reading staged output and results needs google-cloud-storage: pip install '{STAGING_EXTRA}'"
         ) from None
-    return storage.Client(project=project or None, credentials=credentials)
+    client = storage.Client(project=project or None, credentials=credentials)
+    _settle_environment(client)
+    return client
+
+
+def _settle_environment(client: Any) -> None:
+    """Read the environment's proxy and CA settings for the storage endpoint once, not on every request.
+
+    A ``requests`` session that trusts the environment walks all of ``os.environ`` several times per
+    request (proxies, ``NO_PROXY``, netrc, CA bundle): with an Airflow process's environment that was a
+    third of the CPU a triggerer spent reading 1,000 jobs' output (``benchmarks/streaming_at_scale.py``).
+    The client only ever talks to one endpoint, so the settings that apply to it are resolved here, as
+    ``requests`` would, and the session keeps them: a proxy (unless ``NO_PROXY`` exempts the endpoint),
+    ``REQUESTS_CA_BUNDLE``/``CURL_CA_BUNDLE``. A change of those variables later in the process is not
+    seen by this client (each hook makes its own)."""
+    session = client._http
+    settings = session.merge_environment_settings(client.api_endpoint, {}, None, None, None)
+    session.trust_env = False
+    session.proxies.update(settings.get("proxies") or {})
+    if settings.get("verify") is not None:
+        session.verify = settings["verify"]
+    if settings.get("cert") is not None:
+        session.cert = settings["cert"]
 
 
 @dataclass(frozen=True)
@@ -348,9 +370,12 @@ class OutputFollower:
 
     Alone (``announced=False``), each poll makes one listing of the task instance's prefix. Fed by a
     :class:`ChangeFeed` (``announced=True``: :meth:`announce` hands it the chunks the feed found), it lists
-    only on its first poll (what the job staged before), at the job's end (:meth:`poll` with ``ended``), and
-    when a chunk it was told of stays past a gap for :data:`GAP_RELIST_SECONDS` (an announcement that was
-    lost): a poll with nothing new costs no request."""
+    only what the announcements cannot tell: when the first chunk it is told of does not start where it is
+    (the job staged before the feed listened: at once), when it was told of nothing for
+    :data:`GAP_RELIST_SECONDS` after its first poll (the same, with the job silent since), when a chunk it
+    was told of stays past a gap that long (an announcement that was lost), and at the job's end unless the
+    job's report shows everything was read (:meth:`poll` with ``ended``). A poll with nothing new costs no
+    request; a trigger that follows its job from its start lists nothing while it runs."""
 
     def __init__(
         self,
@@ -373,6 +398,7 @@ class OutputFollower:
         self.known: dict[tuple[int, int], dict[str, dict[str, Chunk]]] = {}
         self.done: set[str] = set()
         self.listed = False
+        self.first_poll: float | None = None
         self.gap_since: float | None = None
         self.inbox: deque[str] = deque()  # announced names, handed over by another thread
 
@@ -382,9 +408,19 @@ class OutputFollower:
         self.inbox.extend(names)
 
     def idle(self) -> bool:
-        """Fed, listed once, told of nothing new and waiting past no gap: a :meth:`poll` (not at the job's
-        end) would find nothing, without a request; the trigger skips it."""
-        return self.announced and self.listed and not self.inbox and self.gap_since is None
+        """Fed, told of nothing new, waiting past no gap and not due to list: a :meth:`poll` (not at the
+        job's end) would find nothing, without a request; the trigger skips it."""
+        return self.announced and not self.inbox and self.gap_since is None and not self._quiet_due()
+
+    def _quiet_due(self) -> bool:
+        """Never listed, told of nothing for :data:`GAP_RELIST_SECONDS` since the first poll: what the job
+        staged before the feed listened (a trigger that started late, its job silent since) is looked for."""
+        return (
+            not self.listed
+            and not self.known
+            and self.first_poll is not None
+            and self.clock() - self.first_poll >= GAP_RELIST_SECONDS
+        )
 
     def _learn(self, name: str, size: int | None) -> None:
         prefix = self.task_instance.object_name("")
@@ -415,15 +451,35 @@ class OutputFollower:
                 return True
         return False
 
-    def poll(self, ended: bool = False) -> list[tuple[str, str]]:
+    def poll(self, ended: bool = False, report: StagedReport | None = None) -> list[tuple[str, str]]:
         """``(stream, line)`` of every line completed since the last poll (a line still being written
         waits for its end, or for :meth:`flush`); ``("", note)`` when the job moved on to a new run.
-        ``ended``: the job has ended, so everything it staged is listed and read."""
+        ``ended``: the job has ended, so everything it staged is read: listed, unless ``report`` (what the
+        job's wrapper published at its end) shows that the announced chunks held all of it."""
         while self.inbox:
             self._learn(self.inbox.popleft(), None)
+        if self.first_poll is None:
+            self.first_poll = self.clock()
         gap_old = self.gap_since is not None and self.clock() - self.gap_since >= GAP_RELIST_SECONDS
-        if not self.announced or not self.listed or ended or gap_old:
+        if not self.announced or gap_old or self._quiet_due() or (ended and report is None):
             self._list()
+        found = self._read()
+        # Fed, not listed yet: a chunk it was told of that does not start where it is shows the job staged
+        # before the feed listened (the trigger started after the job did): listed at once.
+        started_late = self.announced and not self.listed and self._gapped()
+        if started_late or (ended and report is not None and not self._all_read(report)):
+            self._list()
+            found.extend(self._read())
+        return found
+
+    def _all_read(self, report: StagedReport) -> bool:
+        """Every byte ``report`` says the job's run staged has been read (nothing is left to list for)."""
+        staged = {"stdout": report.stdout[0], "stderr": report.stderr[0] if report.stderr else 0}
+        return self.current == (report.try_number, report.run) and all(
+            self.cursor.offsets.get(stream, 0) >= size for stream, size in staged.items()
+        )
+
+    def _read(self) -> list[tuple[str, str]]:
         if not self.known:
             return []
         newest = max(self.known, key=lambda key: (key[1], key[0]))

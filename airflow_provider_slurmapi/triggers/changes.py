@@ -41,6 +41,7 @@ class SharedChangeFeed:
         self.subscribers: dict[str, set[OutputFollower]] = {}  # by task instance prefix
         self._last: float | None = None
         self._listing: asyncio.Future[None] | None = None
+        self._listing_started = 0.0  # when the listing under way (or the last one) began
         self.failures = 0
 
     @classmethod
@@ -81,15 +82,28 @@ class SharedChangeFeed:
         if not self.subscribers and self._registry.get(self.key) is self:
             del self._registry[self.key]
 
-    async def refresh(self) -> None:
-        """Make sure the followers were told what was announced up to at most ``interval`` seconds ago."""
-        if self._listing is not None:
-            await asyncio.shield(self._listing)
+    async def refresh(self, since: float | None = None) -> None:
+        """Make sure the followers were told what was announced up to at most ``interval`` seconds ago; with
+        ``since`` (a ``time.monotonic()``), up to a listing that started at or after it: a follower whose job
+        was seen ended asks for one that began after the look that saw it, which holds every chunk the job
+        announced. The followers of jobs seen ended by the same tick share it."""
+        while True:
+            listing, started = self._listing, self._listing_started
+            if listing is not None:
+                await asyncio.shield(listing)
+                if since is None or started >= since:
+                    return
+                continue
+            if self._last is not None and (
+                self._last >= since if since is not None else time.monotonic() - self._last < self.interval
+            ):
+                return
+            await self._list()
             return
-        if self._last is not None and time.monotonic() - self._last < self.interval:
-            return
+
+    async def _list(self) -> None:
         self._listing = asyncio.get_running_loop().create_future()
-        self._last = time.monotonic()
+        self._last = self._listing_started = time.monotonic()
         try:
             names = await asyncio.to_thread(lambda: self.feed.poll(self.client()))
         except Exception as err:  # the storage's fault: the followers read what they missed at the job's end

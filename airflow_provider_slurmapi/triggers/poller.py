@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable
 
 from airflow_provider_slurmapi.api import versions
@@ -46,6 +47,8 @@ class SharedJobPoller:
         # What each subscriber was last woken with: an unchanged observation does not wake it again.
         self._delivered: dict[asyncio.Queue[Observation], Observation] = {}
         self._task: asyncio.Task[None] | None = None
+        # When the latest tick began (``time.monotonic()``): what it saw was true at some time after this.
+        self.tick_started = 0.0
 
     @property
     def batched(self) -> bool:
@@ -142,6 +145,7 @@ class SharedJobPoller:
         costs thousands of waiting triggers nothing.
         """
         ids = list(self.subscribers)
+        self.tick_started = time.monotonic()
         try:
             seen = await self.client.run(observe(await self.client.api_version(), ids, self.memory))
         except SlurmJobApiError as err:  # no version, or the cluster serves none this connection asks for

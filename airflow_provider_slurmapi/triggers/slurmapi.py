@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Coroutine, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Coroutine, Sequence
 from typing import Any
 
 from airflow.providers.common.compat.sdk import redact
@@ -14,7 +14,7 @@ from airflow_provider_slurmapi.api.errors import SlurmJobApiError, SlurmJobSpecE
 from airflow_provider_slurmapi.api.fields import DEFAULT_CONN_ID
 from airflow_provider_slurmapi.api.job_event import ERROR, REACHED, TIMEOUT, JobEvent
 from airflow_provider_slurmapi.api.jobs import SlurmArrayJob, SlurmJob
-from airflow_provider_slurmapi.api.staging import StagingLocation
+from airflow_provider_slurmapi.api.staging import StagedReport, StagingLocation
 from airflow_provider_slurmapi.api.states import DEFAULT_ERROR_BUDGET
 from airflow_provider_slurmapi.api.watch import UNKNOWN_JOB_GRACE, JobWatch, WaitDeadline, within
 from airflow_provider_slurmapi.hooks.slurmapi import SlurmJobApiHook
@@ -245,7 +245,7 @@ class SlurmJobTrigger(BaseTrigger):
         return text
 
     async def _wait(
-        self, poller: SharedJobPoller, job_id: str, follow: Callable[[bool], Awaitable[None]] | None = None
+        self, poller: SharedJobPoller, job_id: str, follow: _Follow | None = None
     ) -> AsyncGenerator[TriggerEvent, None]:
         """The one wait loop: follow the job on ``poller`` (this event loop's shared poller for the
         cluster, one batched call per tick for all; or a poller of this trigger's own) until it ends.
@@ -271,6 +271,7 @@ class SlurmJobTrigger(BaseTrigger):
                         continue
                     yield self._event(TIMEOUT, f"Slurm job {self.job_id} still {state} at the deadline")
                     return
+                since = poller.tick_started  # the look that saw ``seen`` began after this
                 error = seen.error
                 if seen.state is not None:
                     running = not seen.unrecorded and seen.state.base not in _NOT_STARTED
@@ -289,18 +290,19 @@ class SlurmJobTrigger(BaseTrigger):
                         return
                     for line in lines:
                         self.log.info(line)
-                    if follow is not None and not seen.unrecorded and seen.state.base not in _NOT_STARTED:
-                        await follow(seen.state.is_terminal)
+                    job: SlurmJob | None = None
                     if not seen.unrecorded and (seen.state.is_terminal or seen.state.base in targets):
                         try:
                             job = seen.job if seen.job is not None else await poller.fetch(job_id)
                         except SlurmJobApiError as err:
                             error = err
-                        else:
-                            event = self._done(job)
-                            if event is not None:
-                                yield event
-                                return
+                    if follow is not None and not seen.unrecorded and seen.state.base not in _NOT_STARTED:
+                        await follow(seen.state.is_terminal, job, since)
+                    if job is not None:
+                        event = self._done(job)
+                        if event is not None:
+                            yield event
+                            return
                 if error is not None:
                     try:
                         self.log.warning(watch.failed_poll(error))
@@ -343,21 +345,26 @@ class _Follow:
         return follower
 
     @staticmethod
-    def _lines(follower: storage.OutputFollower, ended: bool) -> list[tuple[str, str]]:
-        return follower.poll(ended) + (follower.flush() if ended else [])
+    def _lines(follower: storage.OutputFollower, ended: bool, report: StagedReport | None) -> list[tuple[str, str]]:
+        return follower.poll(ended, report) + (follower.flush() if ended else [])
 
-    async def __call__(self, ended: bool) -> None:
+    async def __call__(self, ended: bool, job: SlurmJob | None = None, since: float | None = None) -> None:
+        """Log what is new; ``ended``: the job has ended (``job`` its final record, ``since`` when the look
+        that saw it end began), so the rest of its output is read."""
         log = self.trigger.log
+        report = _staged_report(job) if ended else None
         try:
             if self.follower is None:
                 self.follower = await asyncio.to_thread(self._start)
                 if self.feed is not None:  # before its first listing: no announcement after it is missed
                     self.feed.subscribe(self.follower)
-            elif self.feed is not None and not ended:
-                await self.feed.refresh()
-                if self.follower.idle():  # nothing new: no thread, no request
+            elif self.feed is not None and (not ended or report is not None):
+                # At the end, a listing of the feed begun after the end was seen holds the last chunks'
+                # announcements: with the job's report of what it staged, nothing more is listed.
+                await self.feed.refresh(since if ended else None)
+                if not ended and self.follower.idle():  # nothing new: no thread, no request
                     return
-            found = await asyncio.to_thread(self._lines, self.follower, ended)
+            found = await asyncio.to_thread(self._lines, self.follower, ended, report)
         except Exception as err:  # the storage's fault: the wait goes on, the task reads again at the end
             log.warning("Could not read Slurm job %s's staged output: %s", self.job_id, err)
             return
@@ -369,6 +376,12 @@ class _Follow:
     def close(self) -> None:
         if self.feed is not None:
             self.feed.unsubscribe(self.follower)
+
+
+def _staged_report(job: SlurmJob | None) -> StagedReport | None:
+    """What the ended job's wrapper reported it staged (in the comment it published), if the record has it."""
+    published = job.published if job is not None else None
+    return StagedReport.parse(published.staged) if published is not None and published.staged else None
 
 
 # States in which a job has not run yet: nothing to read of its output.

@@ -13,6 +13,7 @@ import json
 import re
 from datetime import datetime, timezone
 from typing import Any
+from urllib.parse import quote
 
 import pytest
 from backends import Backend
@@ -126,6 +127,14 @@ def test_10000_lines_over_a_minute_reach_the_log_as_they_come_and_5_mb_are_stage
     # ... the first ones long before the job ended
     first = min(min(times) for times in streamed.values())
     assert (ended - first).total_seconds() > 30, (first, ended)
+    if mode == "deferred":
+        # The trigger was told of each chunk by the announcements: while the job ran, it never listed the
+        # task instance's objects itself (the worker's wait lists them every poll).
+        job = ti.xcom_pull(task_ids="train", key="slurm_job")
+        started, ended_at = (datetime.fromisoformat(job[key]).timestamp() for key in ("start_time", "end_time"))
+        own = "prefix=" + quote(job_prefix.rsplit("/try-", 1)[0] + "/", safe="")
+        listed = [at for method, path, at in fake_gcs.requests_timed() if method == "GET" and own in path]
+        assert not [at for at in listed if started <= at < ended_at], (started, ended_at, listed)
 
 
 @pytest.mark.parametrize("mode", MODES)

@@ -179,14 +179,21 @@ def test_a_feed_lists_each_announcement_once_from_shortly_before_the_newest_on(c
     assert feed.floor() == int(clock.now) - storage.CHANGES_WINDOW
 
 
-def test_a_fed_follower_lists_once_then_reads_only_what_it_is_told_of(client, fake_gcs):
+def test_a_fed_follower_lists_only_what_it_was_not_told_of(client, fake_gcs):
     clock = Clock(100.0)
     location = ROOT.for_task_instance("d", "fed", "r", -1)
     run = ROOT.for_task("d", "fed", "r", -1, 1).for_job("7")
-    stage(fake_gcs, run, "stdout", 0, b"one\n", 1)
+    stage(fake_gcs, run, "stdout", 0, b"one\n", 1)  # staged before the trigger started: the feed will not tell
     follower = storage.OutputFollower(client, location, "7", announced=True, clock=clock)
     before = len(fake_gcs.requests_seen())
-    assert follower.poll() == [("stdout", "one")]  # the first poll lists what the job staged before
+    assert follower.poll() == [] and follower.idle()  # told of nothing: nothing listed, no request
+    assert fake_gcs.requests_seen()[before:] == []
+
+    # The first chunk it is told of does not start where it is: the job staged before the feed listened,
+    # so it lists at once (not a minute later) and reads both.
+    two = stage(fake_gcs, run, "stdout", 4, b"two\n", 2)
+    follower.announce([two, run.object_name("result.json"), "unit-feed/d/other/r/-1/try-1/7/run-0/stdout/000000000000"])
+    assert follower.poll() == [("stdout", "one"), ("stdout", "two")]
     requests = fake_gcs.requests_seen()[before:]
     assert sum(1 for method, path in requests if method == "GET" and "prefix=" in path) == 1
 
@@ -194,25 +201,47 @@ def test_a_fed_follower_lists_once_then_reads_only_what_it_is_told_of(client, fa
     assert follower.poll() == [] and follower.poll() == []
     assert fake_gcs.requests_seen()[before:] == []  # nothing new: no request at all
 
-    two = stage(fake_gcs, run, "stdout", 4, b"two\n", 2)
-    follower.announce([two, run.object_name("result.json"), "unit-feed/d/other/r/-1/try-1/7/run-0/stdout/000000000000"])
+    three = stage(fake_gcs, run, "stdout", 8, b"three\n", 3)
+    follower.announce([three])
     before = len(fake_gcs.requests_seen())
-    assert follower.poll() == [("stdout", "two")]
+    assert follower.poll() == [("stdout", "three")]
     requests = fake_gcs.requests_seen()[before:]
     assert len(requests) == 1 and "prefix=" not in requests[0][1]  # one read of the new chunk, no listing
 
     # an announcement lost: the next chunk waits past the gap, then the follower lists once and reads both
-    stage(fake_gcs, run, "stdout", 8, b"three\n", None)
-    four = stage(fake_gcs, run, "stdout", 14, b"four\n", 3)
-    follower.announce([four])
+    stage(fake_gcs, run, "stdout", 14, b"four\n", None)
+    five = stage(fake_gcs, run, "stdout", 19, b"five\n", 4)
+    follower.announce([five])
     assert follower.poll() == []
     clock.now += storage.GAP_RELIST_SECONDS - 1
     assert follower.poll() == []
     clock.now += 1
-    assert follower.poll() == [("stdout", "three"), ("stdout", "four")]
-    # the job's end lists once more: a last chunk whose announcement was lost is read
+    assert follower.poll() == [("stdout", "four"), ("stdout", "five")]
+    # the job's end with no report of what it staged lists once more: a last chunk whose announcement was
+    # lost is read
     stage(fake_gcs, run, "stderr", 0, b"bye", None)
     assert follower.poll(ended=True) == [] and follower.flush() == [("stderr", "bye")]
+
+
+def test_a_fed_follower_told_of_nothing_for_a_minute_lists_once(client, fake_gcs):
+    """A trigger that started after its job staged something, the job silent since: what it staged is
+    looked for once, a minute after the first poll, not left to the job's end."""
+    clock = Clock(0.0)
+    location = ROOT.for_task_instance("d", "quiet", "r", -1)
+    run = ROOT.for_task("d", "quiet", "r", -1, 1).for_job("8")
+    stage(fake_gcs, run, "stdout", 0, b"early\n", 1)
+    follower = storage.OutputFollower(client, location, "8", announced=True, clock=clock)
+    before = len(fake_gcs.requests_seen())
+    assert follower.poll() == []
+    clock.now += storage.GAP_RELIST_SECONDS - 1
+    assert follower.idle() and fake_gcs.requests_seen()[before:] == []
+    clock.now += 1
+    assert not follower.idle()
+    assert follower.poll() == [("stdout", "early")]
+    assert follower.idle()
+    clock.now += 10 * storage.GAP_RELIST_SECONDS  # listed once: never again for quiet
+    assert follower.idle() and follower.poll() == []
+    assert sum(1 for _, path in fake_gcs.requests_seen()[before:] if "prefix=" in path) == 1
 
 
 def test_a_chunk_announced_after_it_was_read_is_not_read_again(client, fake_gcs):
@@ -220,6 +249,7 @@ def test_a_chunk_announced_after_it_was_read_is_not_read_again(client, fake_gcs)
     run = ROOT.for_task("d", "again", "r", -1, 1).for_job("9")
     one = stage(fake_gcs, run, "stdout", 0, b"one\n", 5)
     follower = storage.OutputFollower(client, location, "9", announced=True)
+    follower.announce([one])
     assert follower.poll() == [("stdout", "one")]
     follower.announce([one, one])
     before = len(fake_gcs.requests_seen())
@@ -232,13 +262,13 @@ def test_a_fed_follower_is_idle_only_when_a_poll_would_find_nothing(client, fake
     location = ROOT.for_task_instance("d", "idle", "r", -1)
     run = ROOT.for_task("d", "idle", "r", -1, 1).for_job("4")
     follower = storage.OutputFollower(client, location, "4", announced=True, clock=clock)
-    assert not follower.idle()  # not listed yet
+    assert follower.idle()  # told of nothing: a poll would find nothing, without a request
     assert follower.poll() == []
     assert follower.idle()
     later = stage(fake_gcs, run, "stdout", 3, b"b\n", 1)
     follower.announce([later])
     assert not follower.idle()  # told of a chunk
-    assert follower.poll() == []  # past a gap (the chunk at 0 was not announced)
+    assert follower.poll() == []  # past a gap (the chunk at 0 was not staged): listed at once, still there
     assert not follower.idle()  # the gap is timed by polls
     assert not storage.OutputFollower(client, location, "4").idle()  # alone, it lists every poll
 
@@ -293,11 +323,86 @@ def test_an_announcement_of_a_chunk_that_is_not_there_holds_the_follower_once_on
     clock = Clock(0.0)
     location = ROOT.for_task_instance("d", "bogus", "r", -1)
     run = ROOT.for_task("d", "bogus", "r", -1, 1).for_job("5")
-    stage(fake_gcs, run, "stdout", 0, b"one\n", 1)
     follower = storage.OutputFollower(client, location, "5", announced=True, clock=clock)
-    assert follower.poll() == [("stdout", "one")]
+    before = len(fake_gcs.requests_seen())
     follower.announce([run.object_name(chunk_name("stdout", 10**9))])  # never staged
+    assert follower.poll() == [] and follower.idle()  # never listed: listed at once, the chunk is not there
+    follower.announce([stage(fake_gcs, run, "stdout", 0, b"one\n", 1)])
+    assert follower.poll() == [("stdout", "one")]
+    follower.announce([run.object_name(chunk_name("stdout", 10**9))])  # again, once listed
     assert follower.poll() == [] and not follower.idle()
     clock.now += storage.GAP_RELIST_SECONDS
-    assert follower.poll() == []  # listed once: the chunk is not there
+    assert follower.poll() == []  # listed once more: the chunk is not there
     assert follower.idle()
+    assert sum(1 for _, path in fake_gcs.requests_seen()[before:] if "prefix=" in path) == 2
+
+
+def listings_of(fake_gcs: FakeGcs, location: StagingLocation, since: int) -> int:
+    """How many listings of ``location``'s objects were made after the first ``since`` requests."""
+    prefix = location.object_name("").replace("/", "%2F")
+    return sum(1 for method, path in fake_gcs.requests_seen()[since:] if method == "GET" and f"prefix={prefix}" in path)
+
+
+def test_a_follower_told_of_the_jobs_chunks_from_its_start_lists_only_when_its_report_says_it_missed_some(
+    client, fake_gcs
+):
+    """A trigger told of every chunk from the job's first never lists the job's objects, not even at the end,
+    when the job's report of what it staged shows everything was read."""
+    location = ROOT.for_task_instance("d", "fromstart", "r", -1)
+    run = ROOT.for_task("d", "fromstart", "r", -1, 1).for_job("31")
+    follower = storage.OutputFollower(client, location, "31", announced=True)
+    before = len(fake_gcs.requests_seen())
+    follower.announce([stage(fake_gcs, run, "stdout", 0, b"one\n", 1)])
+    assert follower.poll() == [("stdout", "one")]
+    follower.announce([stage(fake_gcs, run, "stdout", 4, b"two\n", 2)])
+    report = StagedReport(try_number=1, run=0, stdout=(8, 8), stderr=(0, 0))
+    assert follower.poll(ended=True, report=report) == [("stdout", "two")]
+    assert listings_of(fake_gcs, location, before) == 0
+    assert sum(1 for _, path in fake_gcs.requests_seen()[before:] if "alt=media" in path) == 2  # a read per chunk
+
+    # The last chunk's announcement was lost: the report says more was staged, so the end lists once.
+    location = ROOT.for_task_instance("d", "lostlast", "r", -1)
+    run = ROOT.for_task("d", "lostlast", "r", -1, 1).for_job("32")
+    follower = storage.OutputFollower(client, location, "32", announced=True)
+    before = len(fake_gcs.requests_seen())
+    follower.announce([stage(fake_gcs, run, "stdout", 0, b"one\n", 1)])
+    stage(fake_gcs, run, "stdout", 4, b"two\n", None)
+    assert follower.poll() == [("stdout", "one")]
+    assert follower.poll(ended=True, report=report) == [("stdout", "two")]
+    assert listings_of(fake_gcs, location, before) == 1
+    # A report of another run (the job was requeued) proves nothing of this one: it lists too.
+    before = len(fake_gcs.requests_seen())
+    elsewhere = StagedReport(try_number=1, run=1, stdout=(8, 8), stderr=(0, 0))
+    assert follower.poll(ended=True, report=elsewhere) == []
+    assert listings_of(fake_gcs, location, before) == 1
+
+
+def test_the_followers_of_jobs_seen_ended_by_one_tick_share_one_listing_begun_after_it(client, fake_gcs):
+    import asyncio
+    import time
+
+    from airflow_provider_slurmapi.triggers.changes import SharedChangeFeed
+
+    run = ROOT.for_task("d", "ending", "r", -1, 1).for_job("41")
+
+    async def main() -> None:
+        feed = SharedChangeFeed.get("conn-since", ROOT, 60.0, lambda: client)
+        follower = storage.OutputFollower(client, ROOT.for_task_instance("d", "ending", "r", -1), "41", announced=True)
+        feed.subscribe(follower)
+
+        def listings() -> int:
+            return sum(1 for _, path in fake_gcs.requests_seen() if "prefix=unit-feed%2F.changes%2F" in path)
+
+        await feed.refresh()
+        tick = time.monotonic()  # the look that sees the job ended begins; the job's last chunk is there
+        last = stage(fake_gcs, run, "stdout", 0, b"last\n", int(time.time()))
+        before = listings()
+        await feed.refresh()  # within the interval: not listed again, so the last chunk is not heard of
+        assert listings() == before and not follower.inbox
+        await asyncio.gather(*(feed.refresh(since=tick) for _ in range(5)))  # five jobs that ended
+        assert listings() == before + 1 and list(follower.inbox) == [last]
+        await feed.refresh(since=tick)  # a listing begun after the tick was made: none more
+        assert listings() == before + 1
+        feed.unsubscribe(follower)
+
+    asyncio.run(main())
