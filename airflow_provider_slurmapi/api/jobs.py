@@ -240,11 +240,12 @@ class SlurmJob:
         )
 
     def describe_state(self) -> str:
-        """``PENDING (Resources)``, ``RUNNING on node[1-4]``, ``FAILED (NonZeroExitCode)``."""
+        """``PENDING (Resources)``, ``RUNNING on node[1-4]``, ``FAILED (NonZeroExitCode)``; ``COMPLETED`` without
+        a reason (accounting keeps a requeued job's last pending reason, ``BeginTime``, on its COMPLETED run)."""
         text = str(self.state)
         if self.state.base == "RUNNING" and self.nodes:
             return f"{text} on {self.nodes}"
-        if self.state_reason and self.state_reason != "None":
+        if self.state_reason and self.state_reason != "None" and not self.state.is_success:
             return f"{text} ({self.state_reason})"
         return text
 
@@ -279,6 +280,8 @@ class SlurmJob:
             summary["array_task_string"] = self.array_task_string
         if self.time_limit_minutes is not None:
             summary["time_limit_minutes"] = self.time_limit_minutes
+        if self.restart_count:  # Slurm requeued the job: this record is of its run number restart_count + 1
+            summary["restart_count"] = self.restart_count
         if self.cancelled_by:
             summary["cancelled_by"] = self.cancelled_by
         used = self.usage
@@ -455,6 +458,29 @@ def merge_task_records(accounted: Iterable[SlurmJob], active: Iterable[SlurmJob]
     merged = {job.job_id: job for job in accounted}
     merged.update((job.job_id, job) for job in active)
     return list(merged.values())
+
+
+def latest_runs(records: Iterable[SlurmJob]) -> list[SlurmJob]:
+    """Accounting's records with one per job (per array task): the record of its latest run.
+
+    Slurm requeues a job (preempted, its node failed, ``scontrol requeue``) under the same id, and
+    accounting keeps a record of each run (24.11 and 26.05 recorded): the earlier ones say ``PREEMPTED``,
+    ``NODE_FAIL`` or ``PENDING+REQUEUED``, and a listing may give them in any order. The latest run has the
+    highest ``restart_cnt`` (not in accounting before v0.0.42) and, as Slurm resets the submit time at a
+    requeue, the latest submit time. The order of first appearance is kept; ``sacct`` shows the same
+    (``--duplicates`` shows every run).
+    """
+    latest: dict[tuple[int, int | None], SlurmJob] = {}
+    for job in records:
+        key = (job.job_id, job.array_task_id)
+        kept = latest.get(key)
+        if kept is None or _run_order(job) >= _run_order(kept):
+            latest[key] = job
+    return list(latest.values())
+
+
+def _run_order(job: SlurmJob) -> tuple[int, float]:
+    return job.restart_count, job.submit_time.timestamp() if job.submit_time else 0.0
 
 
 def array_task_count(text: str) -> int | None:

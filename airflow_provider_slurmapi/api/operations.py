@@ -30,7 +30,7 @@ from airflow_provider_slurmapi.api.errors import (
     SlurmMessage,
     format_messages,
 )
-from airflow_provider_slurmapi.api.jobs import SlurmArrayJob, SlurmJob, array_tasks, merge_task_records
+from airflow_provider_slurmapi.api.jobs import SlurmArrayJob, SlurmJob, array_tasks, latest_runs, merge_task_records
 from airflow_provider_slurmapi.api.shapes import obj, seq
 from airflow_provider_slurmapi.api.spec import JobSpec
 from airflow_provider_slurmapi.api.states import JobState
@@ -154,9 +154,10 @@ def _active_jobs(reply: SlurmReply, job_id: object, version: str) -> list[SlurmJ
 
 
 def _accounted_jobs(version: str, job_id: object) -> Operation[list[SlurmJob]]:
+    """Accounting's records of a job (of each task of an array): of a requeued job, its latest run's."""
     reply = yield Call("GET", versions.slurmdb_job_path(version, job_id))
     reply.raise_for_errors(f"read job {job_id} from accounting (slurmdbd)")
-    return [SlurmJob.from_slurmdb(r, version) for r in records(reply)]
+    return latest_runs(SlurmJob.from_slurmdb(r, version) for r in records(reply))
 
 
 def get_jobs(version: str, job_id: object) -> Operation[list[SlurmJob]]:
@@ -173,9 +174,10 @@ def list_jobs(version: str) -> Operation[list[SlurmJob]]:
 
 
 def list_accounted_jobs(version: str, **filters: str) -> Operation[list[SlurmJob]]:
+    """Accounting's jobs matching ``filters``: one record per job, of a requeued job its latest run's."""
     reply = yield Call("GET", versions.slurmdb_jobs_path(version, **filters))
     reply.raise_for_errors("list jobs from accounting (slurmdbd)")
-    return [SlurmJob.from_slurmdb(r, version) for r in records(reply)]
+    return latest_runs(SlurmJob.from_slurmdb(r, version) for r in records(reply))
 
 
 def job_states(version: str, job_ids: Iterable[object]) -> Operation[dict[str, JobState]]:
@@ -203,7 +205,8 @@ def states_in_queue(version: str, job_ids: list[str]) -> Operation[dict[str, Job
 def accounted_jobs(version: str, job_ids: list[str]) -> Operation[tuple[dict[str, SlurmJob], set[str]]]:
     """Accounting's records of many jobs, batched with slurmdb's ``step`` filter.
 
-    Returns the plain jobs by id, and the ids that turned out to be arrays (their tasks' records).
+    Returns the plain jobs by id (of a requeued job, its latest run), and the ids that turned out to be
+    arrays (their tasks' records).
     """
     jobs: dict[str, SlurmJob] = {}
     arrays: set[str] = set()
@@ -211,8 +214,7 @@ def accounted_jobs(version: str, job_ids: list[str]) -> Operation[tuple[dict[str
         chunk = job_ids[start : start + CHUNK]
         reply = yield Call("GET", versions.slurmdb_jobs_path(version, step=chunk))
         reply.raise_for_errors("read finished jobs from accounting (slurmdbd)")
-        for record in records(reply):
-            job = SlurmJob.from_slurmdb(record, version)
+        for job in latest_runs(SlurmJob.from_slurmdb(record, version) for record in records(reply)):
             if job.array_job_id:
                 arrays.add(str(job.array_job_id))
             else:

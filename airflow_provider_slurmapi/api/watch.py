@@ -48,7 +48,11 @@ def format_duration(value: timedelta | float | None, unknown: str = "?") -> str:
 
 @dataclass
 class JobWatch:
-    """Remembers the last state seen of a job and counts consecutive transient errors."""
+    """Remembers the last state seen of a job and counts consecutive transient errors.
+
+    A job Slurm requeues (preempted, its node failed, ``scontrol requeue``) keeps its id and goes back to
+    PENDING for its next run: the wait follows that run, and says once per requeue that it does.
+    """
 
     job_id: object
     error_budget: int = DEFAULT_ERROR_BUDGET
@@ -56,9 +60,13 @@ class JobWatch:
     consecutive_errors: int = 0
     unknown_job_grace: float = UNKNOWN_JOB_GRACE
     unrecorded_since: float | None = None
+    # The requeues already told: the record's restart count, or (from bare states) those seen happen.
+    requeues: int = 0
+    # A bare state showed the job's current run started (RUNNING, or ended): PENDING after it is a requeue.
+    started: bool = False
 
     def observe(self, job: SlurmJob) -> list[str]:
-        """Log lines for what is new in ``job``: a state change.
+        """Log lines for what is new in ``job``: a requeue, a state change.
 
         A job that neither the queue nor accounting knows is taken for "not recorded yet" for
         ``unknown_job_grace`` seconds, then reported as unknown (``SlurmJobNotFoundError``).
@@ -66,11 +74,15 @@ class JobWatch:
         self.consecutive_errors = 0
         self._check_recorded(job.source == "none")
         lines = []
+        if job.restart_count > self.requeues:
+            self.requeues = job.restart_count
+            lines.append(self._requeued(job.label, f" (restart {job.restart_count})", job.state))
         described = job.describe_state()
         if described != self.last:
             self.last = described
             elapsed = job.elapsed.total_seconds() if job.elapsed is not None else None
-            suffix = f", elapsed {format_duration(elapsed)}" if job.start_time else ""
+            # a pending job's start time is when Slurm expects to start it (a requeued job's: its BeginTime)
+            suffix = f", elapsed {format_duration(elapsed)}" if job.start_time and not job.state.is_pending else ""
             lines.append(f"{job.label}: {described}{suffix}")
         return lines
 
@@ -79,11 +91,24 @@ class JobWatch:
         ``unrecorded``: the state is a placeholder for a job neither the queue nor accounting knows."""
         self.consecutive_errors = 0
         self._check_recorded(unrecorded)
+        lines = []
+        if not unrecorded:
+            if self.started and state.is_pending:
+                self.started = False
+                self.requeues += 1
+                lines.append(self._requeued(f"Slurm job {job_id}", "", state))
+            elif state.base not in ("PENDING", "UNKNOWN"):
+                self.started = True
         text = str(state)
         if text == self.last.split(" ")[0]:
-            return []
+            return lines
         self.last = text
-        return [f"Slurm job {job_id}: {text}"]
+        return [*lines, f"Slurm job {job_id}: {text}"]
+
+    @staticmethod
+    def _requeued(label: str, restart: str, state: JobState) -> str:
+        going = "" if state.is_terminal else ": following its next run"
+        return f"{label} was requeued{restart}{going}"
 
     def _check_recorded(self, unrecorded: bool) -> None:
         """Time how long the job has been unknown; past ``unknown_job_grace`` seconds, raise."""
@@ -149,11 +174,14 @@ class WaitDeadline:
 
 
 def outcome_text(job: SlurmJob) -> str:
-    """One line on how a finished job ended and where its output is (for an array: which tasks failed)."""
+    """One line on how a finished job ended (after how many requeues) and where its output is (for an array:
+    which tasks failed)."""
     if isinstance(job, SlurmArrayJob):
         return array_outcome_text(job)
     elapsed = job.elapsed.total_seconds() if job.elapsed is not None else None
     parts = [f"Slurm job {job.display_id} ({job.name or 'unnamed'}) ended {job.describe_state()}"]
+    if job.restart_count:
+        parts.append(f"requeued {job.restart_count} time{'s' if job.restart_count > 1 else ''}")
     parts.append(f"exit code {job.exit_code}")
     parts.append(f"elapsed {format_duration(elapsed)}")
     if job.nodes:

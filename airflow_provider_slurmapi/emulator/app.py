@@ -49,6 +49,10 @@ class SlurmJobApiEmulator:
     ``slurm_release`` is the Slurm the simulated cluster answers as: ``"24.11"`` (default, REST v0.0.40 to
     v0.0.42) or ``"26.05"`` (v0.0.42 to v0.0.45, in the shapes recorded from real slurmrestd 26.05.5).
 
+    ``requeue_delay`` plays slurm.conf's ``AuthInfo=cred_expire``: the seconds a requeued job (``fail_job``
+    with ``requeue``, ``requeue``) waits as PENDING (``BeginTime``) before it may run again; real Slurm's
+    default is 120, the emulator's 0.
+
     Proxy mode (``upstream="http://slurm:6820"`` with ``upstream_user`` and ``upstream_token``, a
     slurmrestd JWT): the Google layer stays the emulator's (auth, 1 MB limit, NOT_FOUND /
     PERMISSION_DENIED, faults) and each Slurm call goes to that real slurmrestd as ``upstream_user``;
@@ -92,11 +96,14 @@ class SlurmJobApiEmulator:
         reply_shape: str = "structuredBody",
         slurm_release: str = "24.11",
         storage_emulator_host: str | None = None,
+        requeue_delay: float = 0.0,
     ) -> None:
         if reply_shape not in REPLY_SHAPES:
             raise ValueError(f"reply_shape must be one of {REPLY_SHAPES}, got {reply_shape!r}")
         if slurm_release not in RELEASES:
             raise ValueError(f"slurm_release must be one of {tuple(RELEASES)}, got {slurm_release!r}")
+        if not requeue_delay >= 0:
+            raise ValueError(f"requeue_delay must be 0 or more seconds, got {requeue_delay!r}")
         self.slurm_release = slurm_release
         if upstream is not None and (not upstream_user or not upstream_token):
             raise ValueError("proxy mode needs upstream_user and upstream_token (a slurmrestd JWT for that user)")
@@ -148,6 +155,7 @@ class SlurmJobApiEmulator:
             kill_wait=kill_wait,
             accounting_store_flags=_store_flags(accounting_store_flags),
         )
+        self._cluster.requeue_delay = float(requeue_delay)
         self._slurm = SlurmRest(self._cluster, slurm_release)
         self.upstream = upstream.rstrip("/") if upstream is not None else None
         self._upstream = (
@@ -406,10 +414,26 @@ class SlurmJobApiEmulator:
         self._simulated("release_held")
         return self._cluster.release_held()
 
-    def fail_job(self, job_id: int, state: str = "NODE_FAIL", requeue: bool = False) -> None:
-        """A running job's node fails (or it is preempted): ``state``, or back to PENDING if ``requeue``."""
+    def fail_job(self, job_id: int, state: str = "NODE_FAIL", requeue: bool | None = False) -> None:
+        """A running job's node fails (or it is preempted): ``state``, or back to PENDING for its next run if
+        ``requeue`` and the job may be requeued (``requeue: false`` in its spec says it may not); ``None``:
+        as Slurm does with JobRequeue=1, when the job may be. A requeued job starts again ``requeue_delay``
+        seconds later, and accounting keeps its ended run as a record of its own."""
         self._simulated("fail_job")
         self._cluster.fail_job(job_id, state, requeue)
+
+    def requeue(self, job_id: int) -> None:
+        """An administrator's ``scontrol requeue``: a running job, or one that ended and is still in the
+        active queue, goes back to PENDING for its next run (``requeue_delay`` seconds later). ``ValueError``
+        when slurmctld would refuse (a pending job, one submitted with ``requeue: false``, one purged)."""
+        self._simulated("requeue")
+        with self._cluster.lock:
+            job = self._cluster.get(job_id)
+            if job is None or not job.in_queue:
+                raise ValueError(f"scontrol requeue {job_id}: Invalid job id specified (not in the active queue)")
+            refused = self._cluster.requeue(job)
+        if refused:
+            raise ValueError(f"scontrol requeue {job_id}: {refused}")
 
     def expire_tokens(self) -> None:
         """Invalidate every access token issued so far: the next call with one gets 401."""

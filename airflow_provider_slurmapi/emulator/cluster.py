@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import heapq
 import itertools
+import os
 import posixpath
 import signal
 import subprocess
@@ -63,6 +66,8 @@ class Cluster:
         self.completing_time = completing_time
         self.kill_wait = kill_wait
         self.tick = tick
+        # slurm.conf's AuthInfo=cred_expire (120 s by default): how long a requeued job waits to start again.
+        self.requeue_delay = 0.0
         self.lock = threading.RLock()
         self.changed = threading.Condition(self.lock)
         self.partitions: dict[str, list[str]] = {
@@ -230,7 +235,8 @@ class Cluster:
         else:
             job = self._jobs.get(job_id)
             candidates = [job] if job is not None else []
-        return [job for job in candidates if job.recorded_at <= now]
+        # a requeued job's earlier runs first, each its own record (real slurmdbd 24.11 and 26.05)
+        return [run for job in candidates if job.recorded_at <= now for run in (*job.earlier_runs, job)]
 
     def all_jobs(self) -> list[Job]:
         return list(self._jobs.values())
@@ -260,6 +266,29 @@ class Cluster:
                 self._stop_running(job, "CANCELLED", signal.SIGTERM)
             return None
 
+    def requeue(self, job: Job) -> str | None:
+        """``scontrol requeue``: a running or ended job back to PENDING, its restart count up, startable again
+        ``requeue_delay`` s later (reason ``BeginTime``; slurmctld waits cred_expire, about two minutes by
+        default). Accounting keeps the earlier run as ``PENDING+REQUEUED``, its batch step COMPLETED (or as
+        it ended) or, for a running job, CANCELLED by SIGTERM (real Slurm 24.11). Returns why slurmctld would
+        refuse, or None."""
+        with self.lock:
+            if not job.request.requeue:
+                return "Requested operation is presently disabled"
+            if job.base_state == "PENDING":
+                return "Job is pending execution"
+            if job.is_running:
+                job.token += 1
+                if job.proc is not None:
+                    self._reaper.kill(job.proc)
+                    self._orphans.append(job.proc)
+                    job.proc = None
+                self._release_nodes(job)
+                job.state, job.reason, job.end_time = ["CANCELLED"], "None", int(time.time())
+                job.return_code, job.signal, job.exit_status = None, signal.SIGTERM, "SIGNALED"
+            self._requeue(job, ["PENDING", "REQUEUED"])
+            return None
+
     def release(self, job: Job, hold: bool) -> None:
         with self.lock:
             if job.base_state == "PENDING":
@@ -285,8 +314,14 @@ class Cluster:
                     released += 1
             return released
 
-    def fail_job(self, job_id: int, state: str, requeue: bool) -> None:
-        """A node failure or preemption of a running job, optionally requeued like Slurm does."""
+    def fail_job(self, job_id: int, state: str, requeue: bool | None) -> None:
+        """A node failure or preemption of a running job, requeued like Slurm does: when ``requeue`` (None:
+        as Slurm would, JobRequeue=1) and the job may be (a job submitted with ``requeue: false`` never is).
+
+        As real Slurm 24.11 records it: PREEMPTED ends by SIGTERM, NODE_FAIL (reason NodeDown) with the raw
+        status 1 (``/slurm`` reads signal 1, accounting return code 1); a requeued job's ended run stays in
+        accounting under that state, and the job waits ``requeue_delay`` s (BeginTime) to run again.
+        """
         with self.lock:
             job = self._jobs[job_id]
             if not job.is_running:
@@ -297,20 +332,32 @@ class Cluster:
                 self._orphans.append(job.proc)
                 job.proc = None
             self._release_nodes(job)
-            if requeue:
-                job.restart_cnt += 1
-                job.state = ["PENDING"]
-                job.reason = "BeginTime"
-                job.start_time = job.end_time = 0
-                job.nodes = []
-                self._pending[job.request.partition][job.job_id] = job
-                self._mark_dirty()
-                return
             job.state = [state]
             job.reason = "NodeDown" if state == "NODE_FAIL" else "None"
             job.end_time = int(time.time())
-            job.return_code, job.signal, job.exit_status = None, signal.SIGKILL, "SIGNALED"
+            ended_by = {"PREEMPTED": signal.SIGTERM, "NODE_FAIL": signal.SIGHUP}.get(state, signal.SIGKILL)
+            job.return_code, job.signal, job.exit_status = None, ended_by, "SIGNALED"
+            if requeue is not False and job.request.requeue:
+                self._requeue(job, [state])
+                return
             self._finalize(job)
+
+    def _requeue(self, job: Job, accounted: list[str]) -> None:
+        """Back to PENDING (BeginTime) for the job's next run, startable ``requeue_delay`` s from now; its
+        ended run stays in accounting, recorded as ``accounted``. Slurm resets the submit time."""
+        job.earlier_runs.append(dataclasses.replace(job, earlier_runs=[], run_ended=accounted, proc=None))
+        job.token += 1
+        job.restart_cnt += 1
+        job.state, job.reason, job.ending = ["PENDING"], "BeginTime", None
+        job.start_time = job.end_time = 0
+        job.nodes = []
+        job.return_code, job.signal, job.exit_status = 0, None, "SUCCESS"
+        job.submit_time = int(time.time())
+        job.begin_at = time.monotonic() + self.requeue_delay
+        job.eligible_time = job.submit_time + int(self.requeue_delay)
+        self._pending[job.request.partition][job.job_id] = job
+        self._push_timer(job.begin_at, job, "begin")
+        self._mark_dirty()
 
     # ---- the scheduler thread ------------------------------------------------------------------------
 
@@ -358,6 +405,8 @@ class Cluster:
             elif kind == "sim_end" and job.proc is None and job.is_running:
                 code = int(job.request.directives().get("exit", "0") or 0)
                 self._exited(job, -signal.SIGTERM if job.ending else code, now)
+            elif kind == "warning" and job.base_state == "RUNNING":
+                self._warn(job)
             elif kind == "kill" and job.proc is not None:
                 self._reaper.kill(job.proc)
             elif kind == "completing_done" and job.is_running and job.proc is None:
@@ -365,6 +414,22 @@ class Cluster:
             elif kind == "purge" and job.is_final:
                 job.in_queue = False
                 self.changed.notify_all()
+            elif kind == "begin":
+                self._mark_dirty()
+
+    def _warn(self, job: Job) -> None:
+        """slurmctld's warning before the time limit, where its ``kill_warning_flags`` send it (measured on Slurm
+        24.11 and 26.05): ``BATCH_JOB`` the batch script's process alone, ``FULL_JOB`` its whole process group
+        (and every step); without either, the steps only: the emulator has none, so no process gets it."""
+        job.warned_at = time.time()
+        flags, signum = job.request.warn_flags, job.request.warn_signal
+        if job.proc is None or signum is None:
+            return
+        if "FULL_JOB" in flags:
+            killpg(job.proc, signum)
+        elif "BATCH_JOB" in flags:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(job.proc.pid, signum)
 
     def _reap(self, now: float) -> None:
         self._orphans = [proc for proc in self._orphans if self._reaper.finished(proc) is None]
@@ -457,6 +522,8 @@ class Cluster:
     def _ineligible_reason(self, job: Job) -> str:
         if job.held:
             return "JobHeldUser"
+        if job.begin_at > time.monotonic():
+            return "BeginTime"
         if job.request.dependencies:
             reason = self._dependency_reason(job)
             if reason:
@@ -512,6 +579,11 @@ class Cluster:
         now = time.monotonic()
         if job.request.time_limit is not None:
             self._push_timer(now + job.request.time_limit * self.minute_seconds, job, "time_limit")
+            if job.request.warn_signal is not None:
+                # kill_warning_delay seconds (in the emulator's time) before the end the job is told
+                end = job.start_time + int(job.request.time_limit * self.minute_seconds)
+                at = end - job.request.warn_delay * self.minute_seconds / 60
+                self._push_timer(now + max(0.0, at - time.time()), job, "warning")
         if self.simulate:
             directives = job.request.directives()
             runtime = float(directives.get("runtime", "1.0") or 1.0)

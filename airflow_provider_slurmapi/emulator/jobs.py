@@ -41,6 +41,12 @@ class JobRequest:
     tres_per_node: str = ""
     memory_per_node: int | None = None
     account: str = ""
+    # May Slurm requeue it (``requeue``; slurm.conf's JobRequeue=1 is the default)?
+    requeue: bool = True
+    # The warning before the time limit (``kill_warning_signal``/``_delay``/``_flags``): a signal number or None.
+    warn_signal: int | None = None
+    warn_delay: int = 60
+    warn_flags: tuple[str, ...] = ()
 
     def directives(self) -> dict[str, str]:
         """``key=value`` pairs of the script's ``#EMULATOR`` lines (used by simulated runs)."""
@@ -75,6 +81,12 @@ class Job:
     signal: int | None = None
     exit_status: str = "SUCCESS"
     restart_cnt: int = 0
+    # A requeued job may not start before this time.monotonic() (slurm.conf's cred_expire after the requeue).
+    begin_at: float = 0.0
+    # What accounting keeps of the runs before a requeue: frozen copies, each with ``run_ended`` set.
+    earlier_runs: list[Job] = field(default_factory=list)
+    # Of such a copy: how accounting records the run (["PREEMPTED"], ["NODE_FAIL"], ["PENDING", "REQUEUED"]).
+    run_ended: list[str] = field(default_factory=list)
     proc: subprocess.Popen[bytes] | None = None
     ending: str | None = None
     completing_until: float = 0.0
@@ -90,6 +102,8 @@ class Job:
     dependency_text: str | None = None
     # The accounting comment the job's user wrote with sacctmgr (slurmdbd's derived_es, ``comment.job``).
     accounted_comment: str = ""
+    # When (epoch seconds) the warning signal went out, once it has: a simulated run shows it here only.
+    warned_at: float | None = None
 
     @property
     def base_state(self) -> str:

@@ -73,6 +73,7 @@ def job_info(job: Job, cluster: str) -> dict[str, Any]:
             "minimum_cpus_per_node": number(max(req.cpus_per_task, 1)),
             "priority": number(0 if job.held else 1),
             "restart_cnt": job.restart_cnt,
+            "requeue": req.requeue,
             "start_time": number(job.start_time),
             "state_reason": job.reason,
             "standard_error": job.stderr_path,
@@ -173,10 +174,12 @@ def slurmdb_job(job: Job, cluster: str, store_flags: frozenset[str] = frozenset(
             "stdout": _pattern(job, req.standard_output, "slurm-%A_%a.out" if job.array_job_id else "slurm-%j.out"),
             "stderr": _pattern(job, req.standard_error, ""),
             "stdin": _pattern(job, req.standard_input, ""),
-            # slurmdbd keeps no reason for an ended job: "None" whatever ended it (24.11 and 26.05 recorded)
+            # slurmdbd keeps no reason for an ended job: "None" whatever ended it (24.11 and 26.05 recorded);
+            # a requeued job's earlier run says how it ended: PREEMPTED, NODE_FAIL or PENDING+REQUEUED, and
+            # its run after the requeue keeps the reason it waited for once it has started: BeginTime
             "state": {
-                "current": [job.base_state],
-                "reason": "None" if job.base_state in TERMINAL_STATES else job.reason,
+                "current": list(job.run_ended) or [job.base_state],
+                "reason": _db_reason(job),
             },
             "user": job.user,
             "working_directory": req.current_working_directory,
@@ -218,19 +221,31 @@ def slurmdb_job(job: Job, cluster: str, store_flags: frozenset[str] = frozenset(
     return record
 
 
+def _db_reason(job: Job) -> str:
+    if job.run_ended:
+        return "None"
+    if job.restart_cnt and job.base_state != "PENDING":
+        return "BeginTime"  # recorded on 24.11: the later runs of requeued jobs that COMPLETED
+    return "None" if job.base_state in TERMINAL_STATES else job.reason
+
+
 def _killed_by_slurm(job: Job) -> bool:
-    """Cancelled or timed out: slurmctld signalled the batch script (SIGTERM, then SIGKILL)."""
-    return job.signal is not None and job.base_state in ("CANCELLED", "TIMEOUT")
+    """Cancelled, timed out or preempted: slurmctld signalled the batch script (SIGTERM, then SIGKILL)."""
+    return job.signal is not None and job.base_state in ("CANCELLED", "TIMEOUT", "PREEMPTED")
 
 
 def _db_exit_code(job: Job) -> dict[str, Any]:
-    """The job's exit code in accounting: SUCCESS/0 when Slurm itself killed it (cancel, time limit).
+    """The job's exit code in accounting: SUCCESS/0 when Slurm itself killed it (cancel, time limit,
+    preemption); ERROR/1 for a node failure.
 
     Real slurmdbd 24.11 keeps the signal on the batch step only (recorded/v0.0.42/cancel, timeout):
-    ``/slurm`` says SIGNALED/15 for the same job.
+    ``/slurm`` says SIGNALED/15 for the same job. A NODE_FAIL job's raw status 1 reads as signal 1 on
+    ``/slurm`` and as return code 1 in accounting, its batch step CANCELLED with no exit code (measured).
     """
     if _killed_by_slurm(job):
         return exit_code(0, None, "SUCCESS")
+    if job.base_state == "NODE_FAIL":
+        return exit_code(1, None, "ERROR")
     return _exit_code(job)
 
 
@@ -246,10 +261,11 @@ def _batch_step(step: dict[str, Any], job: Job, start: int, end: int, now: int) 
             "start": number(start),
         }
     )
-    step["exit_code"] = _exit_code(job)
+    node_fail = job.base_state == "NODE_FAIL"
+    step["exit_code"] = exit_code(None, None, "PENDING") if node_fail else _exit_code(job)
     step["nodes"] = {"count": len(job.nodes), "range": hostlist(job.nodes), "list": list(job.nodes)}
     # a timed-out job's batch step was cancelled by slurmctld: accounting says so (recorded/v0.0.42/timeout)
-    step["state"] = ["CANCELLED"] if _killed_by_slurm(job) else [job.base_state]
+    step["state"] = ["CANCELLED"] if _killed_by_slurm(job) or node_fail else [job.base_state]
     step["kill_request_user"] = job.kill_request_user
     step["step"] = {"id": f"{job.job_id}.batch", "name": "batch"}
     return step

@@ -6,6 +6,9 @@ arguments to a :class:`ControlServer` on loopback, which applies them to the clu
 its lock, as slurmctld does: ``Comment`` and ``Extra`` up to 1024 bytes ("Pathname of a file,
 directory or other parameter too long"), refused once the job is ending ("Job has already finished").
 
+``scontrol requeue <id>`` sends a job back to the queue, as Slurm does, unless it was submitted with
+``requeue: false``.
+
 The same shim, named ``sacctmgr``, runs ``sacctmgr -i modify job where JobId=<id> set Comment=...`` as
 Slurm 24.11's does for the job's own user: it writes the job's accounting comment (``comment.job`` of
 ``/slurmdb/{v}/job/{id}``) whatever ``AccountingStoreFlags`` says, with each quote turned into a backtick,
@@ -44,8 +47,10 @@ sys.exit(reply["rc"])
 
 def update(cluster: Cluster, argv: list[str]) -> tuple[int, str, str]:
     """Run ``scontrol <argv>`` against ``cluster``: ``(exit code, stdout, stderr)``."""
+    if len(argv) == 2 and argv[0].lower() == "requeue":
+        return requeue(cluster, argv[1])
     if not argv or argv[0].lower() != "update":
-        return 1, "", "emulator scontrol: only 'update JobId=<id> Comment=...|Extra=...' is emulated\n"
+        return 1, "", "emulator scontrol: only 'update JobId=<id> Comment=...|Extra=...' and 'requeue <id>'\n"
     values: dict[str, str] = {}
     for item in argv[1:]:
         key, sep, value = item.partition("=")
@@ -79,6 +84,17 @@ def update(cluster: Cluster, argv: list[str]) -> tuple[int, str, str]:
                 extra=values.get("extra", job.request.extra),
             )
     return 0, "", ""
+
+
+def requeue(cluster: Cluster, text: str) -> tuple[int, str, str]:
+    """``scontrol requeue <id>``, as Slurm 24.11 and 26.05 answer it (tests/real_slurm/test_scenarios_signals.py):
+    a job submitted with ``requeue: false`` is refused ("Requested operation is presently disabled"), one
+    still pending too; a running or ended job still in the queue goes back to PENDING, its restart count up."""
+    job = cluster.get(int(text)) if text.isdigit() else None
+    if job is None or not job.in_queue:
+        return 1, "", f"Invalid job id specified for job {text}\n"
+    refused = cluster.requeue(job)
+    return (1, "", f"{refused} for job {text}\n") if refused else (0, "", "")
 
 
 def sacctmgr(cluster: Cluster, argv: list[str]) -> tuple[int, str, str]:

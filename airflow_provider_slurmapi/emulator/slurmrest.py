@@ -281,7 +281,8 @@ class SlurmRest:
         }
         steps = {value.strip().split(".")[0] for value in query.get("step", "").split(",") if value.strip()}
         # As real slurmdbd (measured on 24.11): start_time=T keeps the jobs that ended at or after T, or
-        # have not ended; skip_steps (any value) leaves each record's steps out.
+        # have not ended; skip_steps (any value) leaves each record's steps out, and the records of a requeued
+        # job's earlier runs with them (only its latest run is listed then).
         since = int(query["start_time"]) if query.get("start_time", "").isdigit() else None
         with self.cluster.lock:
             jobs = [
@@ -290,6 +291,7 @@ class SlurmRest:
                 if all(filters[key](job).upper() in values for key, values in wanted.items())
                 and (not steps or str(job.job_id) in steps)
                 and (since is None or not job.end_time or job.end_time >= since)
+                and not (job.run_ended and "skip_steps" in query)
             ]
             records = [slurmdb_job(job, self.cluster.name, self.cluster.accounting_store_flags) for job in jobs]
         if "skip_steps" in query:
@@ -386,6 +388,17 @@ def parse_job(job: dict[str, Any], script: str) -> JobRequest:
     hold = job.get("hold", False)
     if not isinstance(hold, bool):
         raise BodyError("hold", hold, "a boolean")
+    requeue = job.get("requeue", True)
+    if not isinstance(requeue, bool):
+        raise BodyError("requeue", requeue, "a boolean")
+    warn_signal = None
+    if job.get("kill_warning_signal") not in (None, ""):
+        warn_signal = _signal_number(str(job["kill_warning_signal"]))
+        if warn_signal is None:
+            raise BodyError("kill_warning_signal", job["kill_warning_signal"], 'a signal such as "USR1" or "10"')
+    warn_flags = job.get("kill_warning_flags") or []
+    if not isinstance(warn_flags, list) or not all(isinstance(flag, str) for flag in warn_flags):
+        raise BodyError("kill_warning_flags", warn_flags, "a list of flag names")
     return JobRequest(
         script=script,
         environment=list(environment),
@@ -408,4 +421,8 @@ def parse_job(job: dict[str, Any], script: str) -> JobRequest:
         tres_per_node=_str(job, "tres_per_node"),
         memory_per_node=_int(job, "memory_per_node", None),
         account=_str(job, "account"),
+        requeue=requeue,
+        warn_signal=warn_signal,
+        warn_delay=_int(job, "kill_warning_delay", 60) or 60,
+        warn_flags=tuple(warn_flags),
     )

@@ -224,7 +224,8 @@ class SlurmJobApiHook(BaseHook):
         return self.get_conn().list_jobs()
 
     def list_accounted_jobs(self, **filters: str) -> list[SlurmJob]:
-        """Jobs from accounting; filters as slurmrestd takes them (``users``, ``state``, ...)."""
+        """Jobs from accounting; filters as slurmrestd takes them (``users``, ``state``, ...). A requeued job,
+        which accounting keeps a record of per run, comes once: its latest run (as ``sacct`` shows it)."""
         return self.get_conn().list_accounted_jobs(**filters)
 
     def cancel_job(self, job_id: int | str) -> ops.Cancelled:

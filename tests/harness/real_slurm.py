@@ -111,6 +111,9 @@ class RealSlurm:
         self.jwt = env["SLURM_JWT"]
         self.user = env["SLURM_USER"]
         self.partition = env.get("SLURM_PARTITION", "debug")
+        # start_slurm.sh's preemption partitions: jobs of the second take the node from the first's
+        self.preemptible_partition = env.get("SLURM_PREEMPTIBLE_PARTITION", "")
+        self.preemptor_partition = env.get("SLURM_PREEMPTOR_PARTITION", "")
         self.root = Path(env["SLURM_ROOT"])
         self.versions = env.get("SLURM_API_VERSIONS", "v0.0.42").split(",")
         self.min_job_age = int(env.get("SLURM_MIN_JOB_AGE", "300"))
@@ -205,6 +208,20 @@ class RealSlurm:
         if proc.returncode != 0:
             pytest.fail(f"ctl.sh {' '.join(args)} failed ({proc.returncode}): {proc.stdout}{proc.stderr}")
         return proc.stdout
+
+    def slurm_command(self, *argv: str, as_job_user: bool = False, check: bool = True) -> str:
+        """Run a Slurm command (``scontrol``, ``sbatch``, ``sinfo``...) in the cluster's chroot: as root, its
+        administrator, or ``as_job_user``; its stdout, or (``check``) the test fails saying what the command
+        said (else its stdout and stderr)."""
+        command = ["chroot", str(self.root)]
+        if as_job_user:
+            command += ["setpriv", f"--reuid={self.user}", f"--regid={self.user}", "--init-groups"]
+        # a SLURM_JWT in the environment would switch the command to JWT auth: it gets a bare one
+        env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8", "HOME": self.home if as_job_user else "/"}
+        proc = subprocess.run([*command, *argv], env=env, capture_output=True, text=True, timeout=60, check=False)
+        if proc.returncode != 0 and check:
+            pytest.fail(f"{' '.join(argv)} failed ({proc.returncode}): {proc.stdout}{proc.stderr}")
+        return proc.stdout if proc.returncode == 0 else proc.stdout + proc.stderr
 
     def add_user(self, name: str) -> str:
         """A second unprivileged Slurm user (created once); returns a fresh JWT for it."""

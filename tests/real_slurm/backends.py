@@ -21,6 +21,7 @@ import pytest
 from airflow_provider_slurmapi.api.jobs import SlurmJob
 from airflow_provider_slurmapi.api.spec import JobSpec
 from airflow_provider_slurmapi.emulator import SlurmJobApiEmulator
+from airflow_provider_slurmapi.emulator.app import DEFAULT_PARTITIONS
 from airflow_provider_slurmapi.hooks.slurmapi import SlurmJobApiHook
 from tests.harness.real_slurm import RELEASE, SCENARIO_API_VERSION
 
@@ -29,6 +30,45 @@ BACKENDS = ["emulator", "real"]
 OTHER_ACCOUNT = "slurm-runner@demo-project.iam.gserviceaccount.com"
 # api_version: v0.0.42 on Slurm 24.11, "auto" (-> v0.0.45) on 26.05 (tests.harness.real_slurm.SCENARIO_API_VERSION)
 FAST = {"retries": 3, "retry_delay": 0.05, "timeout": 20, "api_version": SCENARIO_API_VERSION}
+# The emulator's stand-in for slurm.conf's cred_expire (10 s on the real test cluster): how long a requeued job
+# stays PENDING (BeginTime) before its next run.
+EMULATED_REQUEUE_DELAY = 1.0
+PREEMPTIBLE = "preemptible"
+
+
+@dataclass
+class Disruptions:
+    """What the cluster or its administrator does to a job, on either backend, past the provider (neither
+    goes through the Google layer, so injected faults do not touch them): the emulator's chaos hooks, or
+    Slurm commands in the real cluster's chroot.
+
+    ``preempt(job_id)``: a higher-priority job takes the node of the running job (real: a job of the
+    preemptor partition); Slurm requeues the preempted job unless it was submitted with ``requeue: false``,
+    then it ends PREEMPTED. Returns once the job no longer runs. ``node_down(job_id)``: the node of the running
+    job goes DOWN (requeued, or NODE_FAIL likewise); ``nodes_up()`` puts every node back in service.
+    ``requeue(job_id)``: an administrator's ``scontrol requeue``. ``state(job_id)``: the job's state and
+    restart count as the active queue has them (``([], -1)`` once it left). ``find(prefix)``: the ids of the
+    active queue's jobs whose names start so.
+    """
+
+    preemptible_partition: str  # its jobs take the whole node, and a preemptor's job takes it from them
+    preempt: Callable[[int], None]
+    node_down: Callable[[int], None]
+    nodes_up: Callable[[], None]
+    requeue: Callable[[int], None]
+    state: Callable[[int], tuple[list[str], int]]
+    find: Callable[[str], list[int]]
+
+    def wait_for(self, job_id: int, what: str, until: Callable[[list[str], int], bool], timeout: float = 120) -> None:
+        """Poll the job's state (past the provider) until ``until(state, restart_count)``; fail at the deadline."""
+        deadline = time.monotonic() + timeout
+        while True:
+            state, restarts = self.state(job_id)
+            if until(state, restarts):
+                return
+            if time.monotonic() > deadline:
+                pytest.fail(f"job {job_id} did not {what} within {timeout:.0f}s: {state}, restart {restarts}")
+            time.sleep(0.2)
 
 
 @dataclass
@@ -47,7 +87,9 @@ class Backend:
     purge_bound: float  # seconds after its end by which a job has surely left the active queue
     host_path: Callable[[str], Path]  # where a file the job wrote on the cluster is on this machine
     short_time_limit: int = 1  # minutes: the shortest time limit a job that should outlive it gets
+    slurm_second: float = 1.0  # how long one second of Slurm's time (time limits, warning delays) lasts here
     extra: dict[str, Any] = field(default_factory=dict)
+    disruptions: Disruptions | None = None
 
     def connect(
         self, monkeypatch: pytest.MonkeyPatch, conn_id: str = "slurmapi_default", **extra: Any
@@ -106,13 +148,18 @@ class Backend:
             time.sleep(0.5)
 
 
-def emulator_backend(tmp_path_factory: pytest.TempPathFactory) -> tuple[Backend, SlurmJobApiEmulator]:
+def emulator_backend(
+    tmp_path_factory: pytest.TempPathFactory, minute_seconds: float = 1.0
+) -> tuple[Backend, SlurmJobApiEmulator]:
+    """The emulator's cluster; its minute lasts ``minute_seconds`` (1 s: short time limits pass quickly)."""
     emu = SlurmJobApiEmulator(
         min_job_age=2.0,
-        minute_seconds=1.0,
+        minute_seconds=minute_seconds,
         completing_time=0.2,
         state_dir=tmp_path_factory.mktemp("scenario-emulator"),
         slurm_release=RELEASE,  # the release the real backend runs
+        partitions={**DEFAULT_PARTITIONS, PREEMPTIBLE: 1},
+        requeue_delay=EMULATED_REQUEUE_DELAY,
     )
     emu.start()
     user = emu.service_account_email.split("@")[0]
@@ -135,8 +182,26 @@ def emulator_backend(tmp_path_factory: pytest.TempPathFactory) -> tuple[Backend,
         host_path=emu.host_path,
         # the emulator's minute is 1 s: 4 s leave its wrapper time to publish before the limit
         short_time_limit=4,
+        slurm_second=minute_seconds / 60,
+        disruptions=_emulated_disruptions(emu),
     )
     return backend, emu
+
+
+def _emulated_disruptions(emu: SlurmJobApiEmulator) -> Disruptions:
+    def state(job_id: int) -> tuple[list[str], int]:
+        job = emu.job(job_id)
+        return (list(job["state"]), int(job["restart_cnt"])) if job["in_queue"] else ([], -1)
+
+    return Disruptions(
+        preemptible_partition=PREEMPTIBLE,
+        preempt=lambda job_id: emu.fail_job(job_id, "PREEMPTED", requeue=None),
+        node_down=lambda job_id: emu.fail_job(job_id, "NODE_FAIL", requeue=None),
+        nodes_up=lambda: None,  # the emulator's nodes never stay down
+        requeue=emu.requeue,
+        state=state,
+        find=lambda prefix: [j["job_id"] for j in emu.jobs() if j["in_queue"] and str(j["name"]).startswith(prefix)],
+    )
 
 
 def real_backend(real_slurm: Any, tmp_path_factory: pytest.TempPathFactory) -> tuple[Backend, SlurmJobApiEmulator]:
@@ -175,5 +240,80 @@ def real_backend(real_slurm: Any, tmp_path_factory: pytest.TempPathFactory) -> t
         # slurmctld purges every max(10, MinJobAge) s, or every 60 s; a sweep is skipped while backfill runs
         purge_bound=real_slurm.min_job_age + 60,
         host_path=real_slurm.host_path,
+        disruptions=_real_disruptions(real_slurm),
     )
     return backend, emu
+
+
+def _real_disruptions(real_slurm: Any) -> Disruptions:
+    """Slurm's own preemption (start_slurm.sh's partitions), node failures and requeues, in the chroot."""
+    rest = real_slurm.new_client()  # its own HTTP session: a test's thread disrupts while Airflow runs
+
+    def state(job_id: int) -> tuple[list[str], int]:
+        status, body = rest.call("GET", f"/slurm/v0.0.42/job/{job_id}")
+        if status != 200 or not body.get("jobs"):
+            return [], -1
+        return list(body["jobs"][0]["job_state"]), int(body["jobs"][0]["restart_cnt"])
+
+    def gone_from_its_run(job_id: int, what: str) -> None:
+        deadline = time.monotonic() + 60
+        while state(job_id)[0][:1] == ["RUNNING"]:
+            if time.monotonic() > deadline:
+                pytest.fail(f"job {job_id} still RUNNING 60 s after {what}")
+            time.sleep(0.2)
+
+    def preempt(job_id: int) -> None:
+        if not real_slurm.preemptor_partition:
+            pytest.fail("this real Slurm was started without start_slurm.sh's preemption partitions: restart it")
+        # the preemptor partition gives each job the whole node: its job needs the preemptible job's
+        real_slurm.slurm_command(
+            "sbatch", "--parsable", f"--partition={real_slurm.preemptor_partition}", "--job-name=preemptor",
+            "--time=1", f"--chdir={real_slurm.home}", "--output=/dev/null", "--wrap=sleep 1", as_job_user=True,
+        )  # fmt: skip
+        gone_from_its_run(job_id, "a job of a higher priority tier came")
+
+    def node_down(job_id: int) -> None:
+        nodes = real_slurm.slurm_command("squeue", "--noheader", f"--jobs={job_id}", "--format=%N").strip()
+        if not nodes:
+            pytest.fail(f"job {job_id} runs on no node")
+        real_slurm.slurm_command("scontrol", "update", f"NodeName={nodes}", "State=DOWN", "Reason=test node failure")
+        gone_from_its_run(job_id, f"its node {nodes} went down")
+
+    def out_of_service() -> list[str]:
+        listed = real_slurm.slurm_command("sinfo", "--noheader", "--Node", "--format=%N %t").split("\n")
+        return [
+            node
+            for node, node_state in (line.split() for line in listed if line.strip())
+            if node_state.rstrip("*~#!%$@^-") in ("down", "drain", "drng", "fail")
+        ]
+
+    def nodes_up() -> None:
+        # RESUME: a DOWN node with no job to kill stays DOWN until slurmd next registers (ReturnToService=2). A
+        # node back by itself meanwhile refuses it ("Invalid node state specified"): what counts is the end.
+        said = ""
+        deadline = time.monotonic() + 60
+        while down := out_of_service():
+            for node in down:
+                said = real_slurm.slurm_command("scontrol", "update", f"NodeName={node}", "State=RESUME", check=False)
+            if time.monotonic() > deadline:
+                pytest.fail(f"nodes {down} of the real cluster still out of service after RESUME: {said}")
+            time.sleep(0.5)
+
+    def requeue(job_id: int) -> None:
+        real_slurm.slurm_command("scontrol", "requeue", str(job_id))
+
+    def find(prefix: str) -> list[int]:
+        status, body = rest.call("GET", "/slurm/v0.0.42/jobs/")
+        if status != 200:
+            pytest.fail(f"listing the real cluster's jobs answered {status}: {body!r:.500}")
+        return [int(j["job_id"]) for j in body.get("jobs", []) if str(j.get("name", "")).startswith(prefix)]
+
+    return Disruptions(
+        preemptible_partition=real_slurm.preemptible_partition,
+        preempt=preempt,
+        node_down=node_down,
+        nodes_up=nodes_up,
+        requeue=requeue,
+        state=state,
+        find=find,
+    )

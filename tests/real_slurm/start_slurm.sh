@@ -31,13 +31,19 @@
 #   SLURM_REST_PORT [6820]*                slurmrestd listens on 127.0.0.1:PORT
 #   SLURM_MIN_JOB_AGE [10]                 seconds a finished job stays in slurmctld's queue
 #   SLURM_CPUS      [8]                    CPUs the node claims (may exceed the machine)
+#   SLURM_CRED_EXPIRE [10]                 AuthInfo=cred_expire: seconds a requeued job waits to run again
+#   SLURM_SCHED_INTERVAL [2]               seconds between the main scheduler's passes (sched_interval)
 #   SLURM_JOB_USER  [ciuser]               unprivileged user jobs run as, tokens are for
 #   SLURM_TOKEN_LIFESPAN [14400]           seconds
 #   SLURM_REST_DATA_PARSERS [v0.0.40,v0.0.41,v0.0.42]*
 #   DEBIAN_MIRROR [http://deb.debian.org/debian]   DEBIAN_SUITE [trixie]*
 #
+# Partitions, all on the one node: debug (the default), preemptible (PreemptMode=REQUEUE) and urgent (a
+# higher PriorityTier, whose jobs preempt preemptible's); debug neither preempts nor is preempted.
+#
 # Writes $SLURM_STATE_DIR/slurm.env (SLURM_REST_URL, SLURM_JWT, SLURM_USER,
-# SLURM_ROOT, SLURM_PARTITION, SLURM_VERSION, SLURM_API_VERSIONS, SLURM_CTL, ...),
+# SLURM_ROOT, SLURM_PARTITION, SLURM_PREEMPTIBLE_PARTITION, SLURM_PREEMPTOR_PARTITION, SLURM_VERSION,
+# SLURM_API_VERSIONS, SLURM_CTL, ...),
 # $SLURM_STATE_DIR/timings.txt, logs under $SLURM_STATE_DIR/logs and daemon logs
 # in $SLURM_ROOT/var/log/slurm/.
 set -Eeuo pipefail
@@ -57,6 +63,10 @@ MIRROR=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
 CLUSTER=ci
 ACCOUNT=ci
 PARTITION=debug
+PREEMPTIBLE_PARTITION=preemptible
+PREEMPTOR_PARTITION=urgent
+CRED_EXPIRE=${SLURM_CRED_EXPIRE:-10}
+SCHED_INTERVAL=${SLURM_SCHED_INTERVAL:-2}
 DB_PASS=slurmdbpass   # socket-only MariaDB inside the chroot; not a secret
 PING_API=v0.0.42      # served by both releases; any served version would do for readiness checks
 
@@ -355,7 +365,20 @@ JobAcctGatherFrequency=30
 # (sleeping) run side by side instead of queueing behind each other.
 SlurmdParameters=config_overrides
 NodeName=localhost NodeAddr=127.0.0.1 CPUs=$NODE_CPUS RealMemory=$MEM_MB State=UNKNOWN
-PartitionName=$PARTITION Nodes=ALL Default=YES MaxTime=INFINITE State=UP
+# Preemption (tests/real_slurm/test_scenarios_preemption.py): a job of $PREEMPTOR_PARTITION (the higher
+# PriorityTier) takes the node from a job of $PREEMPTIBLE_PARTITION, which Slurm requeues (or ends PREEMPTED
+# when the job may not be requeued). Both give each job the whole node (OverSubscribe=EXCLUSIVE), so any
+# job of the one needs the other's. $PARTITION neither preempts (its tier is the preemptible one's) nor is
+# preempted (PreemptMode=OFF): every other test sees no preemption at all.
+PreemptType=preempt/partition_prio
+PreemptMode=REQUEUE
+# A requeued job (preempted, its node failed, scontrol requeue) may start again cred_expire seconds after
+# its requeue (default 120); the main scheduler's pass every sched_interval s (default 60) starts it then.
+AuthInfo=cred_expire=$CRED_EXPIRE
+SchedulerParameters=sched_interval=$SCHED_INTERVAL
+PartitionName=$PARTITION Nodes=ALL Default=YES MaxTime=INFINITE State=UP PriorityTier=1 PreemptMode=OFF
+PartitionName=$PREEMPTIBLE_PARTITION Nodes=ALL MaxTime=INFINITE State=UP PriorityTier=1 PreemptMode=REQUEUE OverSubscribe=EXCLUSIVE
+PartitionName=$PREEMPTOR_PARTITION Nodes=ALL MaxTime=INFINITE State=UP PriorityTier=10 PreemptMode=OFF OverSubscribe=EXCLUSIVE
 EOF
 commit_conf "$ROOT/etc/slurm/slurm.conf.new" "$ROOT/etc/slurm/slurm.conf"
 chmod 0644 "$ROOT/etc/slurm/slurm.conf"
@@ -504,6 +527,8 @@ SLURM_USER='$JOB_USER'
 SLURM_ROOT='$(readlink -f "$ROOT")'
 SLURM_STATE_DIR='$(readlink -f "$STATE")'
 SLURM_PARTITION='$PARTITION'
+SLURM_PREEMPTIBLE_PARTITION='$PREEMPTIBLE_PARTITION'
+SLURM_PREEMPTOR_PARTITION='$PREEMPTOR_PARTITION'
 SLURM_CLUSTER='$CLUSTER'
 SLURM_ACCOUNT='$ACCOUNT'
 SLURM_RELEASE='$RELEASE'
