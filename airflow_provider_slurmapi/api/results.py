@@ -248,6 +248,8 @@ def wrap_script(
     try_number: int = 1,
     inputs: Sequence[StagedInput] = (),
     staging_root: StagingLocation | None = None,
+    warning_signal: str = "",
+    forward_warning: bool = False,
 ) -> str:
     """The batch script that runs ``script`` unchanged and then publishes (see the module's docstring).
 
@@ -258,6 +260,13 @@ def wrap_script(
     publishes with :data:`MARK_STAGED` a report of it; without, the wrapper is what it was before staging.
     With ``staging_root`` (the location ``staging`` is below) it announces each chunk it stores there
     (:func:`~airflow_provider_slurmapi.api.staging.announcement_name`).
+
+    ``warning_signal`` (the job's ``kill_warning_signal``, a name of
+    :data:`~airflow_provider_slurmapi.api.spec.WARNING_SIGNALS`) is Slurm's warning before the time limit, which
+    must not end the wrapper or its helpers: they ignore it, and while the script runs the wrapper just notes
+    it. With ``forward_warning`` (the job's ``kill_warning_flags`` say ``BATCH_JOB``: Slurm signals the batch
+    script only, i.e. this wrapper) the wrapper passes it on to the script, as Slurm would have signalled the
+    script itself without the wrapper (:func:`warning_of`).
     """
     body = script if script.endswith("\n") else script + "\n"
     end = "SLURMAPI_SCRIPT_END_" + hashlib.sha256(body.encode()).hexdigest()[:16]
@@ -275,7 +284,92 @@ def wrap_script(
         staged='$us$(cat "$__sa_sd/staged" 2>/dev/null)' if staging is not None else "",
         stager=stager,
         stager_end=stager_end,
+        **_warning_parts(warning_signal, forward_warning),
     )
+
+
+def warning_of(job: Mapping[str, Any]) -> tuple[str, bool]:
+    """``(warning_signal, forward_warning)`` for :func:`wrap_script` from a job's checked fields
+    (:class:`~airflow_provider_slurmapi.api.spec.JobSpec`): the signal, or ``""`` without one, and whether the
+    wrapper must pass it on. Slurm's ``kill_warning_flags`` say where the warning goes: ``BATCH_JOB`` (sbatch's
+    ``--signal=B:``) the batch script's process only, the wrapper, which passes it on to the script; ``FULL_JOB``
+    every process of the batch script's process group (the wrapper, the script and what it started, which get
+    it from Slurm) and every step; neither, the steps only (``srun``; the batch script gets nothing)."""
+    signal = job.get("kill_warning_signal")
+    if not signal:
+        return "", False
+    flags = job.get("kill_warning_flags") or ()
+    return str(signal), "BATCH_JOB" in flags and "FULL_JOB" not in flags
+
+
+# The trapped signals that mean the job is ending (the wrapper notes them, then waits for the script).
+_END_SIGNALS = ("TERM", "INT", "HUP", "USR1", "USR2")
+
+
+def _warning_parts(signal: str, forward: bool) -> dict[str, str]:
+    """The wrapper's parts that differ with a warning signal (without one, the wrapper is what it always was)."""
+    plain = (
+        'if [ -n "$__sa_arg" ]; then "$__sa_prog" "$__sa_arg" "$__sa_script"; else "$__sa_prog" "$__sa_script"; fi\n'
+        "__sa_rc=$?\n"
+    )
+    if not signal:
+        return {"warn_ignore": "", "run": plain, "warn_reset": ""}
+    parts = {
+        # the helpers started before the script (the early publication's timer, the stager) inherit this
+        "warn_ignore": f"trap '' {signal}  # kill_warning_signal: not for the wrapper or its helpers\n",
+        "warn_reset": "" if signal in _END_SIGNALS else f" {signal}",
+    }
+    if not forward:
+        # Slurm signals the script itself (FULL_JOB) or only the steps: the wrapper just lives on.
+        parts["run"] = f"trap : {signal}\n{plain}trap '' {signal}\n"
+        return parts
+    others = " ".join(name for name in _END_SIGNALS if name != signal)
+    parts["run"] = _FORWARD.replace("@SIG@", signal).replace("@OTHERS@", others)
+    return parts
+
+
+# BATCH_JOB: Slurm signals this wrapper only. The script runs in the background, so that the wrapper's trap
+# runs at once (a trap waits for a foreground child to end) and passes the signal on to it; ``wait`` returns
+# early for every trapped signal, so the wrapper waits again while the script lives (its exit status then
+# is the script's, as in the foreground). A shell starts a background child with stdin from /dev/null and
+# SIGINT and SIGQUIT ignored: the child gets the wrapper's stdin (fd 9) and, where env can, their defaults.
+_FORWARD = """__sa_child=
+__sa_pend=
+__sa_intr=
+trap '__sa_signalled=1; __sa_intr=1' @OTHERS@
+trap '__sa_intr=1; if [ -n "$__sa_child" ]; then kill -@SIG@ "$__sa_child" 2>/dev/null; else __sa_pend=1; fi' @SIG@
+__sa_dflt=
+! env --default-signal=INT,QUIT true 2>/dev/null || __sa_dflt="env --default-signal=INT,QUIT"
+if {{ command exec 9<&0; }} 2>/dev/null; then
+    if [ -n "$__sa_arg" ]; then
+        $__sa_dflt "$__sa_prog" "$__sa_arg" "$__sa_script" 0<&9 9<&- &
+    else
+        $__sa_dflt "$__sa_prog" "$__sa_script" 0<&9 9<&- &
+    fi
+    exec 9<&-
+elif [ -n "$__sa_arg" ]; then
+    $__sa_dflt "$__sa_prog" "$__sa_arg" "$__sa_script" &
+else
+    $__sa_dflt "$__sa_prog" "$__sa_script" &
+fi
+__sa_child=$!
+[ -z "$__sa_pend" ] || kill -@SIG@ "$__sa_child" 2>/dev/null
+while :; do
+    __sa_intr=
+    wait "$__sa_child"
+    __sa_rc=$?
+    [ -n "$__sa_intr" ] || break
+    # a trapped signal: the wait was cut short while the script lives on, or came as it ended
+    ! kill -0 "$__sa_child" 2>/dev/null || continue
+    # gone: this wait reaped it (a second one says 127; bash, having reaped it during the trap, may say -1),
+    # or the shell did and keeps its status for one more wait
+    wait "$__sa_child" 2>/dev/null
+    __sa_st=$?
+    case $__sa_st in 127 | -*) ;; *) __sa_rc=$__sa_st ;; esac
+    break
+done
+trap '' @SIG@
+""".replace("{{", "{").replace("}}", "}")
 
 
 # POSIX sh. The user's script runs in the foreground, so a trapped TERM (Slurm signals every process of
@@ -296,7 +390,7 @@ __sa_fail() {{
     [ -z "${{__sa_dir:-}}" ] || rm -rf "$__sa_dir"
     exit 1
 }}
-__sa_dir=
+{warn_ignore}__sa_dir=
 __sa_dir=$(umask 077 && mktemp -d "${{TMPDIR:-/tmp}}/slurmapi.XXXXXXXXXX") &&
     [ -d "$__sa_dir" ] && [ -O "$__sa_dir" ] ||
     __sa_fail "cannot make a private folder in ${{TMPDIR:-/tmp}}"
@@ -427,16 +521,14 @@ __sa_arg=${{__sa_arg#"${{__sa_arg%%[! \t]*}}"}}
 __sa_arg=${{__sa_arg%"${{__sa_arg##*[! \t]}}"}}
 __sa_signalled=
 trap '__sa_signalled=1' TERM INT HUP USR1 USR2
-if [ -n "$__sa_arg" ]; then "$__sa_prog" "$__sa_arg" "$__sa_script"; else "$__sa_prog" "$__sa_script"; fi
-__sa_rc=$?
-if [ -n "$__sa_timer" ]; then
+{run}if [ -n "$__sa_timer" ]; then
     kill "$__sa_timer" 2>/dev/null
     wait "$__sa_timer" 2>/dev/null
 fi
 {stager_end}if [ -n "$__sa_signalled" ]; then __sa_publish signalled; else __sa_publish; fi
 rm -rf "$__sa_dir"
 if [ "$__sa_rc" -gt 128 ] && [ "$__sa_rc" -lt 160 ]; then
-    trap - TERM INT HUP USR1 USR2
+    trap - TERM INT HUP USR1 USR2{warn_reset}
     kill -$((__sa_rc - 128)) $$ 2>/dev/null
 fi
 exit "$__sa_rc"

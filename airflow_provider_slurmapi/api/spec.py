@@ -82,6 +82,60 @@ def time_limit_minutes(value: Any, field_name: str = "time_limit") -> int:
     return minutes
 
 
+# The warning signals a job may ask for (``kill_warning_signal``): the names Slurm knows (``sig_name2num``) that
+# a script can catch, with their Linux numbers. Not KILL or STOP (no script can catch them), TERM (what Slurm
+# itself sends at the time limit: the script could not tell the warning from the end) or the signals that
+# stop a process (TSTP, TTIN, TTOU).
+WARNING_SIGNALS: dict[str, int] = {
+    "HUP": 1,
+    "INT": 2,
+    "QUIT": 3,
+    "ABRT": 6,
+    "USR1": 10,
+    "USR2": 12,
+    "ALRM": 14,
+    "CONT": 18,
+    "URG": 23,
+    "XCPU": 24,
+}
+# Slurm's default warning time (sbatch --signal without @time).
+DEFAULT_WARNING_DELAY = 60
+
+
+def warning_signal(value: Any, field_name: str = "kill_warning_signal") -> str:
+    """The signal's name as Slurm takes it (``"USR1"``) from ``"USR1"``, ``"SIGUSR1"``, ``10`` or ``"10"``."""
+    text = str(value).strip().upper() if isinstance(value, (str, int)) and not isinstance(value, bool) else ""
+    if text.isdigit():
+        known = {**WARNING_SIGNALS, "KILL": 9, "TERM": 15, "STOP": 19}
+        text = next((name for name, number in known.items() if number == int(text)), text)
+    name = text.removeprefix("SIG")
+    if name not in WARNING_SIGNALS:
+        names = ", ".join(WARNING_SIGNALS)
+        why = {
+            "KILL": "no script can catch it",
+            "STOP": "no script can catch it",
+            "TERM": "Slurm sends TERM itself at the time limit, so the script could not tell the warning from the end",
+        }.get(name, "it is not a signal a script can catch and go on from")
+        raise SlurmJobSpecError(
+            field_name,
+            f"{value!r} is not a warning signal ({why})",
+            f"Give a signal name such as 'USR1' (what checkpointing code usually traps), one of {names}.",
+        )
+    return name
+
+
+def warning_delay(value: Any, field_name: str = "kill_warning_delay") -> int:
+    """Seconds before the end of the time limit, 1 to 65533 (Slurm's uint16 less its two reserved values)."""
+    number = value.get("number") if isinstance(value, Mapping) else value
+    if not _is_int(number) or not 1 <= number <= UINT16_MAX:
+        raise SlurmJobSpecError(
+            field_name,
+            f"{value!r} is not a number of seconds",
+            f"Give an int from 1 to {UINT16_MAX}: how many seconds before its time limit the job gets the signal.",
+        )
+    return number
+
+
 def memory_megabytes(value: Any, field_name: str) -> int:
     """Megabytes from an int (MB) or a string such as ``"16G"``."""
     if _is_int(value):
@@ -257,10 +311,42 @@ def _check_job(job: Mapping[str, Any]) -> dict[str, Any]:
             out[name] = no_val(memory_megabytes(out[name], name))
     if "priority" in out:
         out["priority"] = _priority(out["priority"])
+    _check_warning(out)
     out["environment"] = merge_environment(out.get("environment"))
     if "array" in out:
         _check_array(out["array"])
     return out
+
+
+def _check_warning(out: dict[str, Any]) -> None:
+    """``kill_warning_signal``/``_delay``/``_flags``: the signal by name, the delay within the time limit."""
+    if "kill_warning_delay" in out and "kill_warning_signal" not in out:
+        raise SlurmJobSpecError(
+            "kill_warning_delay",
+            "is given without kill_warning_signal",
+            "Give kill_warning_signal too (e.g. 'USR1'), or leave the delay out.",
+        )
+    if "kill_warning_signal" not in out:
+        return
+    out["kill_warning_signal"] = warning_signal(out["kill_warning_signal"])
+    delay = warning_delay(out.get("kill_warning_delay", DEFAULT_WARNING_DELAY))
+    out["kill_warning_delay"] = no_val(delay)
+    flags = out.get("kill_warning_flags", [])
+    if not isinstance(flags, (list, tuple)) or not all(isinstance(flag, str) for flag in flags):
+        raise SlurmJobSpecError(
+            "kill_warning_flags",
+            f"{flags!r} is not a list of Slurm's flag names",
+            "Give a list such as ['BATCH_JOB'] (only the job's script), ['FULL_JOB'] (every process of the job) "
+            "or [] (only its srun steps).",
+        )
+    limit = out.get("time_limit")
+    minutes = limit.get("number") if isinstance(limit, Mapping) else None
+    if _is_int(minutes) and delay >= minutes * 60:
+        raise SlurmJobSpecError(
+            "kill_warning_delay",
+            f"{delay} s is not less than the job's time limit ({minutes} min): the job would get the signal at once",
+            "Give fewer seconds than the time limit holds, or a longer time_limit.",
+        )
 
 
 def _priority(value: Any) -> Any:

@@ -124,6 +124,22 @@ CASES: list[tuple[str, Callable[[], object], str]] = [
     ("environment bool value", spec(environment={"DEBUG": True}), "environment"),
     ("environment nan value", spec(environment={"A": float("nan")}), "environment"),
     ("environment object value", spec(environment={"A": object()}), "environment"),
+    ("warning signal KILL", spec(kill_warning_signal="KILL"), "kill_warning_signal"),
+    ("warning signal 9", spec(kill_warning_signal=9), "kill_warning_signal"),
+    ("warning signal TERM", spec(kill_warning_signal="SIGTERM"), "kill_warning_signal"),
+    ("warning signal unknown", spec(kill_warning_signal="USR3"), "kill_warning_signal"),
+    ("warning signal bool", spec(kill_warning_signal=True), "kill_warning_signal"),
+    ("warning delay zero", spec(kill_warning_signal="USR1", kill_warning_delay=0), "kill_warning_delay"),
+    ("warning delay beyond uint16", spec(kill_warning_signal="USR1", kill_warning_delay=65534), "kill_warning_delay"),
+    ("warning delay text", spec(kill_warning_signal="USR1", kill_warning_delay="60"), "kill_warning_delay"),
+    ("warning delay without a signal", spec(kill_warning_delay=60), "kill_warning_delay"),
+    (
+        "warning delay past the time limit",
+        spec(kill_warning_signal="USR1", kill_warning_delay=120, time_limit=2),
+        "kill_warning_delay",
+    ),
+    ("warning flags a string", spec(kill_warning_signal="USR1", kill_warning_flags="BATCH_JOB"), "kill_warning_flags"),
+    ("requeue text", spec(requeue="no"), "requeue"),
     # connections and endpoints
     ("missing project", lambda: settings_from_extra({"region": "r1", "cluster_id": "c"}), "project_id"),
     ("missing region", lambda: settings_from_extra({"project_id": "p", "cluster_id": "c"}), "region"),
@@ -174,6 +190,10 @@ CASES: list[tuple[str, Callable[[], object], str]] = [
     ("poll_interval text", op(poll_interval="fast"), "poll_interval"),
     ("gpus_per_node text", op(gpus_per_node="8"), "gpus_per_node"),
     ("gpus_per_node negative", op(gpus_per_node=-1), "gpus_per_node"),
+    ("kill_warning_signal STOP", op(kill_warning_signal="STOP"), "kill_warning_signal"),
+    ("kill_warning_delay without a signal", op(kill_warning_delay=300), "kill_warning_delay"),
+    ("kill_warning_delay negative", op(kill_warning_signal="USR1", kill_warning_delay=-5), "kill_warning_delay"),
+    ("requeue text on the operator", op(requeue="false"), "requeue"),
 ]
 
 

@@ -436,3 +436,207 @@ def test_output_that_is_not_utf8_is_published_without_its_bad_bytes(tmp_path, wi
     assert published is not None and published.result() == [1, "x"]
     expected = "loss  hé\nafter" if with_iconv else "loss  h\nafter"
     assert published.stdout_tail == expected
+
+
+# -- the warning before the time limit (kill_warning_signal): Slurm signals the wrapper (BATCH_JOB), which passes
+# it on to the script, or the whole process group (FULL_JOB), which the wrapper and its helpers live through --
+
+FORWARD, SHIELD, NONE = "forward", "shield", "none"
+WARNING_MODES = {FORWARD: ("USR1", True), SHIELD: ("USR1", False), NONE: ("", False)}
+
+# Traps USR1 and says so in $LOG; a child it started (in its process group) does the same; both run until
+# $LOG.stop exists, then the script exits 7.
+TRAPPING = """#!/bin/sh
+trap 'echo "script USR1" >> "$LOG"' USR1
+sh -c 'trap "echo child USR1 >> \\"\\$LOG\\"" USR1; touch "$LOG.child"; until [ -e "$LOG.stop" ]; do sleep 0.05; done' &
+until [ -e "$LOG.child" ]; do sleep 0.05; done
+touch "$LOG.ready"
+until [ -e "$LOG.stop" ]; do sleep 0.05; done
+wait
+echo done
+exit 7
+"""
+
+
+def start(
+    tmp_path: Path, script: str, mode: str, *, env=None, stdin=None, shell: str = "/bin/sh"
+) -> tuple[subprocess.Popen[bytes], Path]:
+    """The wrapped ``script`` running as a batch job's process (the leader of its own process group, as
+    slurmstepd starts it), with the fake scontrol of :func:`run`; returns it and its ``$LOG``. ``mode`` is a
+    key of WARNING_MODES, or ``forward:<signal>``."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    for name, text in (("scontrol", SCONTROL), ("sacctmgr", SACCTMGR)):
+        (bin_dir / name).write_text(text)
+        (bin_dir / name).chmod(0o755)
+    signal_name, forward = WARNING_MODES.get(mode) or (mode.partition(":")[2], True)
+    wrapper = tmp_path / "wrapper.sh"
+    wrapper.write_text(results.wrap_script(script, TAG, warning_signal=signal_name, forward_warning=forward))
+    log = tmp_path / "log"
+    environ = {
+        "PATH": f"{bin_dir}:{os.environ['PATH']}",
+        "SCONTROL_LOG": str(tmp_path / "scontrol.log"),
+        "SLURM_JOB_ID": JOB,
+        "TMPDIR": str(tmp_path),
+        "LOG": str(log),
+        **(env or {}),
+    }
+    with (tmp_path / "out.txt").open("wb") as out:
+        proc = subprocess.Popen(
+            [shell, str(wrapper)], stdin=stdin, stdout=out, stderr=subprocess.STDOUT, env=environ,
+            start_new_session=True,
+        )  # fmt: skip
+    return proc, log
+
+
+def until(condition, what: str, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"no {what} after {timeout} s"
+        time.sleep(0.02)
+
+
+def lines(path: Path) -> list[str]:
+    return path.read_text().splitlines() if path.exists() else []
+
+
+def finish(proc: subprocess.Popen[bytes], tmp_path: Path) -> tuple[int, list[str]]:
+    (tmp_path / "log.stop").touch()
+    rc = proc.wait(timeout=60)
+    log = tmp_path / "scontrol.log"
+    return rc, log.read_bytes().decode().split("\0")[:-1] if log.exists() else []
+
+
+# /bin/sh: dash on Debian; bash: /bin/sh on RHEL, and the emulator's runner
+SHELLS = ["/bin/sh", shutil.which("bash") or "/bin/bash"]
+
+
+@pytest.mark.parametrize("shell", SHELLS)
+def test_the_warning_goes_on_to_the_script_alone_which_runs_on_and_keeps_its_exit_code(tmp_path, shell):
+    """BATCH_JOB: Slurm signals the batch script's process, the wrapper; the script gets it once, as it would
+    without the wrapper (not what it started: Slurm would not signal those either), and runs on."""
+    proc, log = start(tmp_path, TRAPPING, FORWARD, shell=shell)
+    until((tmp_path / "log.ready").exists, "script")
+    os.kill(proc.pid, signal.SIGUSR1)
+    until(lambda: lines(log) == ["script USR1"], "warning in the script")
+    time.sleep(0.3)  # a second delivery, or one to the child, would show by now
+    rc, comments = finish(proc, tmp_path)
+    assert rc == 7 and lines(log) == ["script USR1"]
+    assert published(comments[-1]).stdout_tail == "done"
+
+
+@pytest.mark.parametrize("shell", SHELLS)
+@pytest.mark.parametrize("attempt", range(5))
+def test_a_script_that_ends_on_the_warning_ends_the_job_with_its_own_code(tmp_path, shell, attempt):
+    """The script checkpoints and exits at once: the wrapper's wait, cut short by the warning, still ends with
+    the script's own exit code (however the shell reaped it)."""
+    script = "#!/bin/sh\ntrap 'exit 3' USR1\ntouch \"$LOG.ready\"\nwhile :; do sleep 0.01; done\n"
+    proc, _ = start(tmp_path, script, FORWARD, shell=shell)
+    until((tmp_path / "log.ready").exists, "script")
+    os.kill(proc.pid, signal.SIGUSR1)
+    assert proc.wait(timeout=60) == 3
+
+
+@pytest.mark.parametrize(("signal_name", "signum"), [("USR1", signal.SIGUSR1), ("ALRM", signal.SIGALRM)])
+def test_a_script_that_does_not_trap_the_warning_dies_of_it_and_so_does_the_wrapper(tmp_path, signal_name, signum):
+    script = '#!/bin/sh\necho started\ntouch "$LOG.ready"\nwhile :; do sleep 0.05; done\n'
+    proc, _ = start(tmp_path, script, f"forward:{signal_name}")
+    until((tmp_path / "log.ready").exists, "script")
+    os.kill(proc.pid, signum)
+    assert proc.wait(timeout=60) == -signum  # the wrapper dies of the script's signal, after publishing
+    (comment,) = (tmp_path / "scontrol.log").read_bytes().decode().split("\0")[:-1]
+    assert published(comment).stdout_tail.startswith("started")  # then the shell's "User defined signal 1"
+
+
+@pytest.mark.parametrize("shell", SHELLS)
+@pytest.mark.parametrize("mode", [NONE, SHIELD, FORWARD])
+def test_the_time_limits_term_ends_the_script_as_it_always_did(tmp_path, mode, shell):
+    """Slurm's TERM at the time limit (or a cancel) reaches every process of the job: whatever the warning,
+    the wrapper waits for the script's TERM trap to end and exits with its code; a script without one dies of
+    it, and the wrapper with it."""
+    trapping = (
+        "#!/bin/sh\ntrap 'sleep 0.5; echo term >> \"$LOG\"; exit 5' TERM\n"
+        'touch "$LOG.ready"\nwhile :; do sleep 0.05; done\n'
+    )
+    proc, log = start(tmp_path, trapping, mode, shell=shell)
+    until((tmp_path / "log.ready").exists, "script")
+    os.killpg(proc.pid, signal.SIGTERM)
+    assert proc.wait(timeout=60) == 5 and lines(log) == ["term"]
+
+    other = tmp_path / "untrapped"
+    other.mkdir()
+    proc, _ = start(other, '#!/bin/sh\ntouch "$LOG.ready"\nwhile :; do sleep 0.05; done\n', mode, shell=shell)
+    until((other / "log.ready").exists, "script")
+    os.killpg(proc.pid, signal.SIGTERM)
+    assert proc.wait(timeout=60) == -signal.SIGTERM
+
+
+@pytest.mark.parametrize("shell", SHELLS)
+@pytest.mark.parametrize("mode", [NONE, FORWARD])
+def test_the_script_gets_the_jobs_stdin_and_the_default_int_and_quit(tmp_path, mode, shell):
+    """A shell starts a background command with stdin from /dev/null and SIGINT and SIGQUIT ignored: the
+    wrapper that runs the script in the background gives it the job's stdin and the defaults back."""
+    script = '#!/bin/sh\nread -r line\necho "read $line"\ngrep SigIgn /proc/$$/status\n'
+    source = tmp_path / "in.txt"
+    source.write_text("the job's input\n")
+    with source.open("rb") as stdin:
+        proc, _ = start(tmp_path, script, mode, stdin=stdin, shell=shell)
+        assert proc.wait(timeout=60) == 0
+    out = (tmp_path / "out.txt").read_text()
+    assert "read the job's input" in out
+    found = re.search(r"SigIgn:\s*([0-9a-f]+)", out)
+    assert found is not None, out
+    ignored = int(found.group(1), 16)
+    assert ignored & (1 << (signal.SIGINT - 1) | 1 << (signal.SIGQUIT - 1)) == 0
+
+
+def test_when_slurm_signals_the_whole_job_the_wrapper_and_its_timer_live_on(tmp_path):
+    """FULL_JOB: Slurm signals every process of the batch script's group: the script and its child get it from
+    Slurm, once each; the wrapper passes nothing on, and its helpers (the early publication's timer) live on."""
+    end = str(int(time.time()) + 4)  # the early publication comes halfway to this end
+    proc, log = start(tmp_path, TRAPPING, SHIELD, env={"SLURM_JOB_END_TIME": end})
+    until((tmp_path / "log.ready").exists, "script")
+    os.killpg(proc.pid, signal.SIGUSR1)
+    until(lambda: sorted(lines(log)) == ["child USR1", "script USR1"], "warning in the script and its child")
+    until((tmp_path / "scontrol.log").exists, "early publication")
+    rc, comments = finish(proc, tmp_path)
+    assert rc == 7 and sorted(lines(log)) == ["child USR1", "script USR1"]
+    # the early publication, then the final one (the sleeps the signal killed said so: "User defined signal 1")
+    assert len(comments) == 2 and published(comments[-1]).stdout_tail.endswith("done")
+
+
+def checkpoint_on_warning() -> dict:
+    import os
+    import signal
+    import time
+
+    got: list[int] = []
+    signal.signal(signal.SIGUSR1, lambda signum, frame: got.append(signum))
+    open(os.environ["LOG"] + ".ready", "w").close()
+    while not got:
+        time.sleep(0.02)
+    return {"checkpointed": True, "signals": got}
+
+
+@pytest.mark.skipif(shutil.which("python3") is None, reason="no python3 on PATH")
+def test_a_task_slurm_function_gets_the_warning(tmp_path):
+    """``@task.slurm``'s script execs Python: the warning the wrapper passes on reaches the function's handler."""
+    from airflow_provider_slurmapi.decorators import pyjob
+
+    call = json.dumps({"args": [], "kwargs": {}})
+    script = pyjob.job_script(pyjob.function_source(checkpoint_on_warning), "checkpoint_on_warning", call)
+    proc, _ = start(tmp_path, script, FORWARD)
+    until((tmp_path / "log.ready").exists, "function")
+    os.kill(proc.pid, signal.SIGUSR1)
+    rc, comments = finish(proc, tmp_path)
+    assert rc == 0
+    assert published(comments[-1]).result() == {"checkpointed": True, "signals": [signal.SIGUSR1]}
+
+
+@pytest.mark.parametrize(
+    ("flags", "forward"),
+    [(["BATCH_JOB"], True), (["FULL_JOB"], False), (["BATCH_JOB", "FULL_JOB"], False), ([], False)],
+)
+def test_the_flags_say_whether_the_wrapper_passes_the_warning_on(flags, forward):
+    assert results.warning_of({"kill_warning_signal": "USR2", "kill_warning_flags": flags}) == ("USR2", forward)
+    assert results.warning_of({"kill_warning_flags": flags}) == ("", False)
