@@ -24,7 +24,7 @@ XDIST = $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS))
 $(STAMP): pyproject.toml Makefile $(CONSTRAINTS)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip uv
-	$(BIN)/uv pip install -q --python $(BIN)/python $(PIN) -e ".[dev,emulator,staging]" "apache-airflow==$(AIRFLOW_VERSION)"
+	$(BIN)/uv pip install -q --python $(BIN)/python $(PIN) -e ".[dev,emulator,openlineage,staging]" "apache-airflow==$(AIRFLOW_VERSION)"
 	touch $@
 
 install: $(STAMP)
@@ -41,7 +41,7 @@ typecheck: install
 
 # The user documentation (Sphinx), warnings as errors: docs/_build/html/index.html.
 $(VENV)/.installed-docs: $(STAMP) pyproject.toml
-	$(BIN)/uv pip install -q --python $(BIN)/python $(PIN) -e ".[dev,docs,emulator,staging]" "apache-airflow==$(AIRFLOW_VERSION)"
+	$(BIN)/uv pip install -q --python $(BIN)/python $(PIN) -e ".[dev,docs,emulator,openlineage,staging]" "apache-airflow==$(AIRFLOW_VERSION)"
 	touch $@
 
 docs: $(VENV)/.installed-docs

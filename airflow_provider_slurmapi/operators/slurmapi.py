@@ -38,6 +38,7 @@ from airflow.providers.common.compat.sdk import (
     redact,
 )
 
+from airflow_provider_slurmapi import lineage
 from airflow_provider_slurmapi.api import checks, failures, results, staging, storage, usage
 from airflow_provider_slurmapi.api.errors import (
     GoogleApiError,
@@ -56,7 +57,7 @@ from airflow_provider_slurmapi.api.identity import (
 )
 from airflow_provider_slurmapi.api.job_event import FAILED, SUCCESS, TIMEOUT, JobEvent
 from airflow_provider_slurmapi.api.jobs import SlurmArrayJob, SlurmJob
-from airflow_provider_slurmapi.api.spec import JobSpec
+from airflow_provider_slurmapi.api.spec import DEFAULT_WARNING_DELAY, JobSpec, warning_delay, warning_signal
 from airflow_provider_slurmapi.api.staging import StagingLocation
 from airflow_provider_slurmapi.api.watch import failure_error, outcome_text
 from airflow_provider_slurmapi.exceptions import SlurmJobError, SlurmJobFailedNoRetry, task_failure
@@ -158,6 +159,19 @@ class SlurmSubmitJobOperator(SlurmApiHookMixin, BaseOperator):
     :param current_working_directory: the job's directory on the cluster (required here or in ``job``).
     :param standard_output: stdout path pattern (Slurm default ``slurm-%j.out`` in the working directory).
     :param standard_error: stderr path pattern (default: with stdout).
+    :param kill_warning_signal: a signal Slurm sends the job's script ``kill_warning_delay`` seconds before its
+        time limit, so that it can checkpoint (sbatch's ``--signal=B:USR1@300``): a name such as ``"USR1"``
+        (or ``"SIGUSR1"``, or its number, ``10``); HUP, INT, QUIT, ABRT, USR1, USR2, ALRM, CONT, URG and XCPU are
+        taken. It goes to the script itself (the program of its ``#!`` line, which must trap it: bash
+        ``trap '...' USR1``, Python ``signal.signal``), not to what the script started: pass it on to those
+        (``kill -USR1 $pid``; ``srun`` passes it on to its tasks). ``job={"kill_warning_flags": ["FULL_JOB"]}``
+        has Slurm signal every process of the job and every step instead, ``[]`` only the ``srun`` steps.
+        Slurm may send it up to a minute early (it checks on a sweep). Default None: no warning.
+    :param kill_warning_delay: seconds before the time limit (1 to 65533, less than the time limit; default
+        60, Slurm's) for ``kill_warning_signal``.
+    :param requeue: whether Slurm may requeue the job (run it again from its start, after a node failure, a
+        preemption or ``scontrol requeue``); False: it never is (``scontrol requeue`` is refused, "Requested
+        operation is presently disabled"). Default None: the cluster's ``JobRequeue`` (Slurm's default: yes).
     :param array: make it a job array, in Slurm's notation (templated): ``"0-15"``, ``"1,3,5"``,
         ``"0-99%10"`` (at most 10 at once); each task sees ``$SLURM_ARRAY_TASK_ID``. The task waits for
         every task of the array and succeeds only if all COMPLETED; the error names each failed task.
@@ -245,6 +259,9 @@ class SlurmSubmitJobOperator(SlurmApiHookMixin, BaseOperator):
         standard_output: str | None = None,
         standard_error: str | None = None,
         array: str | None = None,
+        kill_warning_signal: str | int | None = None,
+        kill_warning_delay: int | None = None,
+        requeue: bool | None = None,
         wait_for_completion: bool = True,
         deferrable: bool | None = None,
         poll_interval: float = 30.0,
@@ -283,6 +300,15 @@ class SlurmSubmitJobOperator(SlurmApiHookMixin, BaseOperator):
         self.standard_output = standard_output
         self.standard_error = standard_error
         self.array = array
+        self.kill_warning_signal = None if kill_warning_signal is None else warning_signal(kill_warning_signal)
+        if kill_warning_delay is not None and kill_warning_signal is None:
+            raise SlurmJobSpecError(
+                "kill_warning_delay",
+                "is given without kill_warning_signal",
+                "Give kill_warning_signal too (e.g. 'USR1'), or leave the delay out.",
+            )
+        self.kill_warning_delay = None if kill_warning_delay is None else warning_delay(kill_warning_delay)
+        self.requeue = None if requeue is None else checks.flag(requeue, "requeue")
         self.wait_for_completion = checks.flag(wait_for_completion, "wait_for_completion")
         # Read when the task is built (not when this module is imported), so the setting can change.
         self.deferrable = default_deferrable() if deferrable is None else checks.flag(deferrable, "deferrable")
@@ -291,6 +317,9 @@ class SlurmSubmitJobOperator(SlurmApiHookMixin, BaseOperator):
         self.retry_on_job_failure = checks.flag(retry_on_job_failure, "retry_on_job_failure")
         self.slurmapi_conn_id = slurmapi_conn_id
         self.job_id: int | None = None
+        # What the task's OpenLineage events say of its job (get_openlineage_facets_on_complete).
+        self._lineage_summary: dict[str, Any] | None = None
+        self._lineage_cluster: str | None = None
         if gpus_per_node is not None and (
             isinstance(gpus_per_node, bool) or not isinstance(gpus_per_node, int) or gpus_per_node < 0
         ):
@@ -327,7 +356,15 @@ class SlurmSubmitJobOperator(SlurmApiHookMixin, BaseOperator):
             "standard_output": self.standard_output,
             "standard_error": self.standard_error,
             "array": self.array,
+            "requeue": self.requeue,
         }
+        if self.kill_warning_signal is not None:
+            # B: Slurm signals the batch script only, the result wrapper, which passes it on to the script
+            simple.update(
+                kill_warning_signal=self.kill_warning_signal,
+                kill_warning_delay=self.kill_warning_delay or DEFAULT_WARNING_DELAY,
+                kill_warning_flags=["BATCH_JOB"],
+            )
         fields.update({k: v for k, v in simple.items() if v is not None})
         if self.gpus_per_node:
             fields["tres_per_node"] = f"gres/gpu:{self.gpus_per_node}"
@@ -372,6 +409,10 @@ class SlurmSubmitJobOperator(SlurmApiHookMixin, BaseOperator):
             raise SlurmJobSpecError("name", f"{name!r} is not a job name", "Give a non-empty string, or leave it out.")
         fields["name"] = self.identity(context).job_name(name)
         fields["comment"] = tagged_comment(self.tag(context), comment, self.task_try(context).number)
+        # the task's OpenLineage run, for lineage the job emits itself (where the job sets none of its own)
+        parent = lineage.parent_environment(ti)
+        if parent:
+            fields["environment"] = lineage.with_parent(fields.get("environment"), parent)
         spec = JobSpec.build(self.script, fields)
         if not self.publish_results:
             return spec
@@ -396,6 +437,7 @@ class SlurmSubmitJobOperator(SlurmApiHookMixin, BaseOperator):
             number,
             self.staged_inputs,
             root,
+            *results.warning_of(spec.job),  # warning_signal, forward_warning
         )
         return JobSpec(script, spec.job)
 
@@ -436,6 +478,7 @@ class SlurmSubmitJobOperator(SlurmApiHookMixin, BaseOperator):
         except SlurmJobApiError as err:
             raise _fail(err, retry_on_job_failure=self.retry_on_job_failure, policy=self.has_retry_policy) from None
         self.job_id = outcome.job_id
+        self._note_for_lineage(None)
         if outcome.job_id != recorded:  # a retry that followed the recorded job has nothing to write
             self._record_job_id(context, outcome.job_id)
         partition = spec.job.get("partition") or "the default partition"
@@ -579,6 +622,7 @@ class SlurmSubmitJobOperator(SlurmApiHookMixin, BaseOperator):
         """XCom ``slurm_job`` (without the output tails), and what the job published: its tails in the log,
         its result as XCom ``slurm_result``. A result that is too large or not JSON fails the task (a failed
         job's own error comes first: there the bad result is only logged)."""
+        self._note_for_lineage(summary)
         context["ti"].xcom_push(key=XCOM_JOB, value=_without_published(summary))
         self._record_shown(context, summary)
         used = usage_text(summary)
@@ -644,10 +688,12 @@ class SlurmSubmitJobOperator(SlurmApiHookMixin, BaseOperator):
         ended = JobEvent.from_payload(event)
         job_id = int(ended.job_id)
         self.job_id = job_id
+        self._note_for_lineage(None)
         reading = None
         if ended.job is not None and ended.status in (SUCCESS, FAILED):
             reading = self._push_job(context, ended.job, succeeded=ended.status == SUCCESS)
         elif ended.job is not None:
+            self._note_for_lineage(ended.job)
             context["ti"].xcom_push(key=XCOM_JOB, value=_without_published(ended.job))
         if ended.status == SUCCESS:
             self.log.info(ended.message)
@@ -662,6 +708,37 @@ class SlurmSubmitJobOperator(SlurmApiHookMixin, BaseOperator):
             error = failures.typed_failure(message, ended.job, retryable=ended.retryable)
             raise _fail(error, retry_on_job_failure=self.retry_on_job_failure, policy=self.has_retry_policy)
         raise SlurmJobError(f"Waiting for Slurm job {job_id} failed: {ended.message}")
+
+    def _note_for_lineage(self, summary: Mapping[str, Any] | None) -> None:
+        """Keep what the task's OpenLineage events tell of its job, in the task's process, where Airflow's
+        OpenLineage listener asks for it: the job's summary once it ended, and its cluster (read from the
+        connection here, not in the listener's forked process; only when OpenLineage is enabled)."""
+        if summary is not None:
+            self._lineage_summary = dict(summary)
+        if self._lineage_cluster is None and lineage.enabled():
+            try:
+                self._lineage_cluster = lineage.cluster_name(self.hook.settings.cluster)
+            except Exception as err:  # lineage never fails the task
+                self.log.warning("OpenLineage: could not read the cluster of %r (%s)", self.slurmapi_conn_id, err)
+                self._lineage_cluster = ""
+
+    def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
+        """The run facets of the task's Slurm job (``externalQuery`` and ``slurmJob``, see
+        :mod:`airflow_provider_slurmapi.lineage`), for Airflow's OpenLineage listener (the ``openlineage``
+        extra): none when no job was submitted."""
+        from airflow_provider_slurmapi.lineage.facets import operator_lineage
+
+        return operator_lineage(
+            self.job_id,
+            self._lineage_summary,
+            cluster=self._lineage_cluster or "",
+            connection_id=self.slurmapi_conn_id,
+        )
+
+    def get_openlineage_facets_on_failure(self, task_instance: Any) -> Any:
+        """As :meth:`get_openlineage_facets_on_complete`, for a failed task: the failed job's state, reason, exit
+        code and usage are in ``slurmJob``."""
+        return self.get_openlineage_facets_on_complete(task_instance)
 
     def _cancel(self, job_id: int, why: str) -> None:
         self.log.info("Cancelling Slurm job %s because %s", job_id, why)

@@ -28,6 +28,10 @@ HEAVY = (
     "airflow_provider_slurmapi.emulator",
     "airflow_provider_slurmapi.plugins.slurm_job_page",
     "airflow_provider_slurmapi.plugins.app",
+    # OpenLineage (the openlineage extra): its listener imports it; a task asks for it only when it is enabled
+    "openlineage",
+    "airflow.providers.openlineage",
+    "airflow_provider_slurmapi.lineage.facets",
 )
 
 AIRFLOW = """

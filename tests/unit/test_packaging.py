@@ -15,7 +15,7 @@ PACKAGE = ROOT / "airflow_provider_slurmapi"
 
 # The extras a user installs for a feature of the provider (the others serve the emulator, the tests, the docs,
 # and Airflow's own API server for the job pages): the docs' requirements table lists their libraries too.
-FEATURE_EXTRAS = ("staging",)
+FEATURE_EXTRAS = ("staging", "openlineage")
 
 # Imported, yet rightly not declared: each is there whenever the code importing it runs.
 PROVIDED = {
@@ -23,6 +23,8 @@ PROVIDED = {
     "flask_appbuilder": "the connection form of Airflow 2.x's UI, which Airflow 2.x brings",
     "flask_babel": "the connection form of Airflow 2.x's UI, which Airflow 2.x brings",
     "wtforms": "the connection form of Airflow 2.x's UI, which Airflow 2.x brings",
+    "attrs": "OpenLineage's facets are attrs classes: lineage/facets.py runs only with the openlineage extra, "
+    "whose provider (as Airflow itself) depends on attrs",
 }
 
 
