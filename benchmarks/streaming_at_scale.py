@@ -183,7 +183,6 @@ class Writers:
         ``<job>:<bytes staged>``."""
         self.storage = storage
         self.publish = publish
-        self._asking = threading.Lock()  # one question to the emulator at a time
         self.jobs = jobs
         self.every = every
         self.start = start
@@ -229,9 +228,6 @@ class Writers:
         self.offsets[job] += len(data)
         if last:
             self.final_done.append(time.time())
-            if self.publish is not None:  # then the job's publication: its report of what it staged
-                with self._asking:
-                    self.publish(f"{job}:{self.offsets[job]}")
 
     def _run(self) -> None:
         n = len(self.jobs)
@@ -251,6 +247,8 @@ class Writers:
         with ThreadPoolExecutor(8) as pool:  # each job's last pass, as its wrapper makes at its exit
             for i, job in enumerate(self.jobs):
                 pool.submit(self._store, i, job, self.until - 0.001, True)
+        if self.publish is not None:  # then the jobs' publications (one request): each its staging report
+            self.publish(" ".join(f"{job}:{self.offsets[job]}" for job in self.jobs if job in self.final_from))
 
 
 def run_case(
