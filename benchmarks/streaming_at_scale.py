@@ -56,6 +56,7 @@ PY = sys.executable
 BUCKET = "bench-staging"
 PREFIX = "bench"
 LAST_PASS = 20.0
+PUBLISH_GROUP = 50
 LINE = re.compile(r"\[(\d+) stdout\] line (\d+) printed (\d+\.\d+)")
 
 
@@ -244,11 +245,16 @@ class Writers:
                 if delay > 0:
                     time.sleep(delay)
                 pool.submit(self._store, i, self.jobs[i], at)
-        with ThreadPoolExecutor(8) as pool:  # each job's last pass, as its wrapper makes at its exit
-            for i, job in enumerate(self.jobs):
-                pool.submit(self._store, i, job, self.until - 0.001, True)
-        if self.publish is not None:  # then the jobs' publications (one request): each its staging report
-            self.publish(" ".join(f"{job}:{self.offsets[job]}" for job in self.jobs if job in self.final_from))
+        # Each job's last pass, as its wrapper makes at its exit, then its publication with the report of what
+        # it staged: by groups of PUBLISH_GROUP jobs (one request to the emulator each), so that the one writer
+        # here publishes before the jobs end, as N wrappers in parallel would.
+        with ThreadPoolExecutor(8) as pool:
+            for first in range(0, n, PUBLISH_GROUP):
+                group = list(enumerate(self.jobs))[first : first + PUBLISH_GROUP]
+                for done in [pool.submit(self._store, i, job, self.until - 0.001, True) for i, job in group]:
+                    done.result()
+                if self.publish is not None:
+                    self.publish(" ".join(f"{job}:{self.offsets[job]}" for _, job in group))
 
 
 def run_case(
