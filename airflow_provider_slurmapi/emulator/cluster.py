@@ -278,12 +278,7 @@ class Cluster:
             if job.base_state == "PENDING":
                 return "Job is pending execution"
             if job.is_running:
-                job.token += 1
-                if job.proc is not None:
-                    self._reaper.kill(job.proc)
-                    self._orphans.append(job.proc)
-                    job.proc = None
-                self._release_nodes(job)
+                self._end_run_now(job)
                 job.state, job.reason, job.end_time = ["CANCELLED"], "None", int(time.time())
                 job.return_code, job.signal, job.exit_status = None, signal.SIGTERM, "SIGNALED"
             self._requeue(job, ["PENDING", "REQUEUED"])
@@ -326,12 +321,7 @@ class Cluster:
             job = self._jobs[job_id]
             if not job.is_running:
                 raise ValueError(f"job {job_id} is {job.state}, not running")
-            job.token += 1
-            if job.proc is not None:
-                self._reaper.kill(job.proc)
-                self._orphans.append(job.proc)
-                job.proc = None
-            self._release_nodes(job)
+            self._end_run_now(job)
             job.state = [state]
             job.reason = "NodeDown" if state == "NODE_FAIL" else "None"
             job.end_time = int(time.time())
@@ -341,6 +331,16 @@ class Cluster:
                 self._requeue(job, [state])
                 return
             self._finalize(job)
+
+    def _end_run_now(self, job: Job) -> None:
+        """A running job's run ends at once (requeued, preempted, its node failed): its process is killed, its
+        timers void, its nodes free; the caller sets the state it ended in. Under ``self.lock``."""
+        job.token += 1
+        if job.proc is not None:
+            self._reaper.kill(job.proc)
+            self._orphans.append(job.proc)
+            job.proc = None
+        self._release_nodes(job)
 
     def _requeue(self, job: Job, accounted: list[str]) -> None:
         """Back to PENDING (BeginTime) for the job's next run, startable ``requeue_delay`` s from now; its
