@@ -124,8 +124,15 @@ def test_a_cancel_of_a_finished_job_reads_as_finished(backend, hook):
 
 def test_a_cancelled_job_reads_as_killed_by_its_signal_in_accounting(backend, hook):
     name = unique("fact8")
-    job_id = hook.submit(backend.spec(SLEEP, name=name)).job_id
-    backend.wait_until_running(hook, job_id)
+    job_id = hook.submit(backend.spec("#!/bin/bash\necho started\nsleep 300\n", name=name)).job_id
+    # RUNNING is Slurm's word, not the script's: a cancel that lands before slurmstepd has launched the
+    # script is answered with SIGKILL after KillWait (CI's 3.3 run, under load, read signal 9). Cancel once the
+    # script itself has written.
+    out = backend.host_path(backend.wait_until_running(hook, job_id).standard_output)
+    deadline = time.monotonic() + 60
+    while not (out.exists() and "started" in out.read_text()):
+        assert time.monotonic() < deadline, f"{backend.name}: job {job_id}'s script never started"
+        time.sleep(0.2)
     hook.cancel_job(job_id)
     backend.wait_for_end(hook, job_id)
     deadline = time.monotonic() + 60
