@@ -15,6 +15,7 @@ import threading
 import time
 from collections.abc import Generator, Iterator, Mapping
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, TypeVar
 
 from airflow_provider_slurmapi.api import operations as ops
@@ -132,7 +133,7 @@ class BaseSlurmJobApiClient:
         if isinstance(error, GoogleApiError) and error.code == 401 and not tries.refreshed and self.tokens:
             tries.refreshed = True
             return 0.0
-        if not error.retryable or attempt >= self.retry.attempts:
+        if not error.retryable or call.best_effort or attempt >= self.retry.attempts:
             return None
         if not call.idempotent and not _never_sent(error):
             return None
@@ -405,6 +406,9 @@ class SlurmJobApiClient(BaseSlurmJobApiClient):
 
     def list_jobs(self) -> list[SlurmJob]:
         return self.run(ops.list_jobs(self.api_version))
+
+    def peak_memory(self, job_id: object, starts: frozenset[datetime]) -> tuple[bool, int | None]:
+        return self.run(ops.peak_memory(self.api_version, job_id, starts))
 
     def list_accounted_jobs(self, **filters: str) -> list[SlurmJob]:
         return self.run(ops.list_accounted_jobs(self.api_version, **filters))

@@ -195,6 +195,8 @@ class Call:
     body: Mapping[str, Any] | None = None
     # For a job listing: only the ``jobs`` records with these ids are decoded and kept (see ``listing``).
     only_jobs: frozenset[str] | None = None
+    # One try only (no retry after a transient failure): for a read the caller can do without.
+    best_effort: bool = False
 
     @property
     def idempotent(self) -> bool:

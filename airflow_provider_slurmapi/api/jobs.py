@@ -311,6 +311,7 @@ class SlurmJob:
             "state_reason": self.state_reason,
             "exit_code": self.exit_code.return_code,
             "exit_signal": self.exit_code.signal,
+            "start_time": self.start_time.isoformat() if self.start_time else None,
             "elapsed_seconds": int(self.elapsed.total_seconds()) if self.elapsed is not None else None,
             "nodes": self.nodes,
             "standard_output": self.standard_output,

@@ -17,9 +17,10 @@ from __future__ import annotations
 
 from collections.abc import Generator, Iterable, Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any, TypeVar
 
-from airflow_provider_slurmapi.api import versions
+from airflow_provider_slurmapi.api import usage, versions
 from airflow_provider_slurmapi.api.envelope import Call, SlurmReply, slurm_error
 from airflow_provider_slurmapi.api.errors import (
     GoogleApiError,
@@ -153,11 +154,25 @@ def _active_jobs(reply: SlurmReply, job_id: object, version: str) -> list[SlurmJ
     return [SlurmJob.from_job_info(r, version) for r in records(reply)]
 
 
-def _accounted_jobs(version: str, job_id: object) -> Operation[list[SlurmJob]]:
-    """Accounting's records of a job (of each task of an array): of a requeued job, its latest run's."""
-    reply = yield Call("GET", versions.slurmdb_job_path(version, job_id))
+def _accounted_jobs(version: str, job_id: object, *, best_effort: bool = False) -> Operation[list[SlurmJob]]:
+    """Accounting's records of a job (of each task of an array): of a requeued job, its latest run's.
+    ``best_effort``: one try, no retry (see ``Call``)."""
+    reply = yield Call("GET", versions.slurmdb_job_path(version, job_id), best_effort=best_effort)
     reply.raise_for_errors(f"read job {job_id} from accounting (slurmdbd)")
     return latest_runs(SlurmJob.from_slurmdb(r, version) for r in records(reply))
+
+
+def peak_memory(version: str, job_id: object, starts: frozenset[datetime]) -> Operation[tuple[bool, int | None]]:
+    """From accounting's step records, the peak resident memory (bytes) of the runs of ``job_id`` (of an array,
+    its tasks) that started at ``starts``, the runs a wait saw end in the active queue, which holds no step
+    statistics: whether accounting has recorded every one's end yet, and the largest peak (None: no step
+    has one). Records of other runs or of an earlier job with the same id are left out. One try: the figure
+    is not worth a task's delay while slurmdbd is down."""
+    accounted = yield from _accounted_jobs(version, job_id, best_effort=True)
+    runs = [job for job in accounted if job.start_time in starts]
+    recorded = len(runs) >= len(starts) and all(job.state.is_terminal for job in runs)
+    peaks = [peak for job in runs if (peak := usage.max_rss(job.raw)) is not None]
+    return recorded, max(peaks, default=None)
 
 
 def get_jobs(version: str, job_id: object) -> Operation[list[SlurmJob]]:

@@ -68,6 +68,9 @@ class Cluster:
         self.tick = tick
         # slurm.conf's AuthInfo=cred_expire (120 s by default): how long a requeued job waits to start again.
         self.requeue_delay = 0.0
+        # slurm.conf's JobAcctGatherFrequency: a run's memory is sampled every so many seconds (a job's
+        # ``account_gather_frequency`` may ask a shorter interval).
+        self.acct_gather_frequency = 30
         self.lock = threading.RLock()
         self.changed = threading.Condition(self.lock)
         self.partitions: dict[str, list[str]] = {
@@ -436,10 +439,17 @@ class Cluster:
         self._reaper.sweep()
         for job in list(self._running.values()):
             if job.proc is not None:
-                code = self._reaper.finished(job.proc)
-                if code is not None:
+                ended = self._reaper.finished_with_usage(job.proc)
+                if ended is not None:
                     job.proc = None
-                    self._exited(job, code, now)
+                    self._gathered(job, ended[1])
+                    self._exited(job, ended[0], now)
+
+    def _gathered(self, job: Job, peak_rss: int | None) -> None:
+        """What jobacct_gather/linux would have recorded of the run: its peak RSS, if it was sampled once."""
+        interval = job.request.gather_seconds or self.acct_gather_frequency
+        if peak_rss is not None and time.time() - job.start_time >= interval:
+            job.max_rss_bytes = peak_rss
 
     def _exited(self, job: Job, code: int, now: float) -> None:
         """The batch script ended with wait status ``code`` (negative: killed by that signal)."""
@@ -570,6 +580,7 @@ class Cluster:
         job.start_time = int(time.time())
         job.end_time = 0
         job.ending = None
+        job.max_rss_bytes = None
         job.split_off = job.array_task_id is not None
         job.token += 1
         self._running[job.job_id] = job

@@ -185,7 +185,25 @@ class Reaper:
         if ended is None:
             return None
         self._kill_session(proc)
-        return proc.wait()
+        return self._reap_script(proc)
+
+    def finished_with_usage(self, proc: subprocess.Popen[bytes]) -> tuple[int, int | None] | None:
+        """As ``finished``, with the script's peak resident memory in bytes (its own, or that of a child
+        it waited for, whichever is larger; None if it was reaped elsewhere)."""
+        self.peak_rss = None
+        code = self.finished(proc)
+        return None if code is None else (code, self.peak_rss)
+
+    peak_rss: int | None = None  # of the script ``finished`` last reaped
+
+    def _reap_script(self, proc: subprocess.Popen[bytes]) -> int:
+        try:
+            _, status, usage = os.wait4(proc.pid, 0)
+        except ChildProcessError:
+            return proc.wait()
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        self.peak_rss = usage.ru_maxrss * 1024  # Linux counts it in KiB
+        return proc.returncode
 
     def kill(self, proc: subprocess.Popen[bytes]) -> None:
         """SIGKILL a job's whole process tree now; it is reaped by ``finished``/``sweep``."""

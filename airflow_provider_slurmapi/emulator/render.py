@@ -268,4 +268,12 @@ def _batch_step(step: dict[str, Any], job: Job, start: int, end: int, now: int) 
     step["state"] = ["CANCELLED"] if _killed_by_slurm(job) or node_fail else [job.base_state]
     step["kill_request_user"] = job.kill_request_user
     step["step"] = {"id": f"{job.job_id}.batch", "name": "batch"}
+    if job.max_rss_bytes is not None:
+        # one task on the first node: its peak is the step's maximum, minimum, average and total
+        mem = {"type": "mem", "name": "", "id": 2, "count": job.max_rss_bytes}
+        where = {"task": 0, "node": job.nodes[0] if job.nodes else ""}
+        requested = step["tres"]["requested"]
+        requested["max"], requested["min"] = [{**mem, **where}], [{**mem, **where}]
+        requested["average"] = [*requested["average"], dict(mem)]
+        requested["total"] = [*requested["total"], dict(mem)]
     return step

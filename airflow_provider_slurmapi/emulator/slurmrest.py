@@ -375,6 +375,16 @@ def _node_count(job: dict[str, Any]) -> int:
     return 1
 
 
+def _gather_seconds(frequency: str) -> int | None:
+    """The task sampling interval of ``account_gather_frequency`` (``"task=5"``, ``"5"``, or a list such as
+    ``"task=5,energy=30"``); None when it names none."""
+    for item in frequency.split(","):
+        key, _, value = item.strip().rpartition("=")
+        if key in ("", "task") and value.isdigit():
+            return int(value)
+    return None
+
+
 def parse_job(job: dict[str, Any], script: str) -> JobRequest:
     """A ``v0.0.42_job_desc_msg`` as the emulator's ``JobRequest``."""
     environment = job.get("environment") or []
@@ -402,6 +412,7 @@ def parse_job(job: dict[str, Any], script: str) -> JobRequest:
     return JobRequest(
         script=script,
         environment=list(environment),
+        gather_seconds=_gather_seconds(_str(job, "account_gather_frequency")),
         name=_str(job, "name"),
         partition=_str(job, "partition"),
         node_count=_node_count(job),

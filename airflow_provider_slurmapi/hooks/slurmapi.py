@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Callable, Mapping
+from datetime import datetime
 from functools import cached_property
 from typing import Any
 
@@ -218,6 +219,19 @@ class SlurmJobApiHook(BaseHook):
     def get_jobs(self, job_id: int | str) -> list[SlurmJob]:
         """Every record of a job id (all tasks of an array job)."""
         return self.get_conn().get_jobs(job_id)
+
+    def peak_memory(self, job_id: int | str, starts: frozenset[datetime], *, settle_seconds: float = 3.0) -> int | None:
+        """The peak resident memory (bytes) accounting's step records hold of the runs of ``job_id`` (of an
+        array, its tasks) that started at ``starts``; None when no step has one (the cluster gathers no
+        step statistics, or the run was shorter than its sampling interval). The active queue holds none, so
+        this reads accounting, again each second for up to ``settle_seconds`` while it has not recorded the
+        runs' ends yet (slurmctld sends them to slurmdbd in the background)."""
+        deadline = time.monotonic() + settle_seconds
+        while True:
+            recorded, peak = self.get_conn().peak_memory(job_id, starts)
+            if recorded or time.monotonic() >= deadline:
+                return peak
+            time.sleep(1.0)
 
     def list_jobs(self) -> list[SlurmJob]:
         """Jobs in the active queue."""

@@ -29,7 +29,7 @@ import re
 import time
 import unicodedata
 from collections.abc import Callable, Mapping, Sequence
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from airflow.providers.common.compat.sdk import (
@@ -622,6 +622,7 @@ class SlurmSubmitJobOperator(SlurmApiHookMixin, BaseOperator):
         """XCom ``slurm_job`` (without the output tails), and what the job published: its tails in the log,
         its result as XCom ``slurm_result``. A result that is too large or not JSON fails the task (a failed
         job's own error comes first: there the bad result is only logged)."""
+        self._add_peak_memory(summary)
         self._note_for_lineage(summary)
         context["ti"].xcom_push(key=XCOM_JOB, value=_without_published(summary))
         self._record_shown(context, summary)
@@ -645,6 +646,32 @@ class SlurmSubmitJobOperator(SlurmApiHookMixin, BaseOperator):
             context["ti"].xcom_push(key=XCOM_RESULT, value=reading.result)
             self.log.info("Pushed the job's result as XCom %r", XCOM_RESULT)
         return reading
+
+    def _add_peak_memory(self, summary: dict[str, Any]) -> None:
+        """The job's max RSS in ``summary["usage"]`` (in place): the record the wait ended on, the active
+        queue's, holds no step statistics, so accounting is read once (a second or two more while slurmdbd
+        has not recorded the end yet). Unknown when accounting cannot be read or holds none."""
+        used = summary.get("usage")
+        if not isinstance(used, dict) or used.get("max_rss_bytes") is not None:
+            return
+        entries = summary["tasks"] if isinstance(summary.get("tasks"), list) else [summary]
+        if all(isinstance(entry, Mapping) and entry.get("source") == "slurmdb" for entry in entries):
+            return  # accounting's own records: what they hold is all there is
+        starts = frozenset(
+            datetime.fromisoformat(entry["start_time"])
+            for entry in entries
+            if isinstance(entry, Mapping) and isinstance(entry.get("start_time"), str)
+        )
+        if not starts:
+            return
+        job_id = summary.get("job_id")
+        try:
+            peak = self.hook.peak_memory(str(job_id), starts)
+        except Exception as err:  # a figure is not worth failing the task for
+            self.log.info("Slurm job %s's max RSS is unknown: accounting could not be read (%s)", job_id, err)
+            return
+        if peak is not None:
+            used["max_rss_bytes"] = peak
 
     def _read_published(self, context: Any, summary: dict[str, Any]) -> results.Reading:
         """What the job published; with what it staged in Cloud Storage read from there (and XCom

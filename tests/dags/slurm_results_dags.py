@@ -42,6 +42,12 @@ SCRIPTS = {
     "results_masked": '#!/bin/sh\necho "token is $API_TOKEN"\n',
     # publish_results=False: the script is submitted as it is; it sees no $SLURMAPI_RETURN_FILE.
     "results_off": '#!/bin/sh\necho "return file: [${SLURMAPI_RETURN_FILE:-unset}] $0"\n',
+    # Holds 200 MiB for 3 s: its batch step's peak RSS is sampled (every second: MEMORY_JOB's
+    # account_gather_frequency; the cluster's own interval, 30 s, is longer than the job).
+    "results_memory": (
+        "#!/bin/bash\n"
+        "python3 -c 'import time; held = bytearray(200 << 20); held[::4096] = b\"\\x01\" * (50 << 10); time.sleep(3)'\n"
+    ),
     # One result per array task.
     "results_array": (
         '#!/bin/sh\necho "task $SLURM_ARRAY_TASK_ID"\n'
@@ -51,6 +57,7 @@ SCRIPTS = {
 ARRAY = {"results_array"}
 # Separate stdout and stderr files, so that each tail is its own.
 SEPARATE = {"results_failure"}
+MEMORY_JOB = {"account_gather_frequency": "task=1"}
 
 for name, script in SCRIPTS.items():
     for mode in ("sync", "deferred"):
@@ -67,7 +74,7 @@ for name, script in SCRIPTS.items():
                 task_id="train",
                 script=script,
                 current_working_directory="{{ params.cwd }}",
-                job={"time_limit": "{{ params.time_limit }}"},
+                job={"time_limit": "{{ params.time_limit }}", **(MEMORY_JOB if name == "results_memory" else {})},
                 standard_output="out-%j.txt" if name in SEPARATE else None,
                 standard_error="err-%j.txt" if name in SEPARATE else None,
                 array="0-2" if name in ARRAY else None,

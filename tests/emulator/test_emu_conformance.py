@@ -17,6 +17,7 @@ from tests.harness.emulator import Api, V, recorded, recorded_index, shape_diff
 
 LONG = "#!/bin/bash\nsleep 60\n"
 FAIL = "#!/bin/bash\necho failing\nexit 3\n"
+HOLDS = "#!/bin/bash\npython3 -c 'import time; held = bytearray(64 << 20); time.sleep(1.5)'\n"
 HELD = "#!/bin/bash\nfor _ in $(seq 200); do [ -e go ] && break; sleep 0.05; done\n"
 
 NOT_APPLICABLE = {
@@ -94,6 +95,10 @@ def _replay(api: Api, emu: SlurmJobApiEmulator) -> dict[str, tuple[int, dict[str
     run("slurmdb_job_not_found", "GET", f"/slurmdb/{V}/job/999999")
     run("slurmdb_jobs", "GET", f"/slurmdb/{V}/jobs/")
     run("slurmdb_jobs_filtered", "GET", f"/slurmdb/{V}/jobs/?users=ciuser&state=COMPLETED")
+    # holds 64 MiB, sampled every second: its batch step has a peak RSS (tres.requested.max's mem)
+    sampled = api.call("POST", submit, job_body(HOLDS, name="rsstest", account_gather_frequency="task=1"))[1]
+    emu.wait_for_state(sampled["job_id"], "COMPLETED", 20)
+    run("slurmdb_job_sampled", "GET", f"/slurmdb/{V}/job/{sampled['job_id']}")
     emu.set_slurmdbd_down(True)
     run("slurmdb_job_slurmdbd_down", "GET", f"/slurmdb/{V}/job/{first}")
     run("slurmdb_ping_slurmdbd_down", "GET", f"/slurmdb/{V}/ping/")
@@ -199,3 +204,14 @@ def test_jobs_state_lists_string_ids(replies: dict[str, tuple[int, dict[str, Any
     jobs = replies["jobs_state"][1]["jobs"]
     assert [job["state"] for job in jobs] == [["COMPLETED"], ["CANCELLED"], ["FAILED"]]
     assert all(isinstance(job["job_id"], str) for job in jobs)
+
+
+def test_a_sampled_jobs_batch_step_has_its_peak_rss(replies: dict[str, tuple[int, dict[str, Any]]]) -> None:
+    def peak(body: dict[str, Any]) -> int:
+        [step] = body["jobs"][0]["steps"]
+        [mem] = [item for item in step["tres"]["requested"]["max"] if item["type"] == "mem"]
+        return int(mem["count"])
+
+    assert peak(recorded("slurmdb_job_sampled")) >= 200 << 20  # real 24.11: a job that held 200 MiB
+    assert 64 << 20 <= peak(replies["slurmdb_job_sampled"][1]) < 1 << 30  # the emulator's, which held 64 MiB
+    assert replies["slurmdb_job"][1]["jobs"][0]["steps"][0]["tres"]["requested"]["max"] == []  # not sampled

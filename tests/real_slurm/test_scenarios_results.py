@@ -73,6 +73,21 @@ def test_the_json_the_job_writes_is_xcom_slurm_result(backend, monkeypatch, capf
 
 
 @pytest.mark.parametrize("mode", MODES)
+def test_the_peak_memory_of_a_job_whose_steps_were_sampled_is_its_max_rss(backend, monkeypatch, capfd, mode):
+    """Real Slurm records a step's peak RSS (``tres.requested.max``'s ``mem``) only once jobacct_gather has
+    sampled it: a job shorter than the cluster's JobAcctGatherFrequency (30 s on the test clusters) has none
+    unless it asks a shorter interval (``account_gather_frequency``), as this one does."""
+    ti, log = run(backend, monkeypatch, capfd, f"results_memory_{mode}")
+    assert state(ti) == "success", log[-3000:]
+    job_id = ti.xcom_pull(task_ids="train")
+    used = ti.xcom_pull(task_ids="train", key="slurm_usage")
+    assert 200 << 20 <= used["max_rss_bytes"] < 1 << 30, used  # the 200 MiB the job held, and its Python
+    assert used == ti.xcom_pull(task_ids="train", key="slurm_job")["usage"]
+    line = re.search(rf"Slurm job {job_id} used 1 node, .*; max RSS (\d+\.\d) MiB", log)
+    assert line and float(line[1]) == round(used["max_rss_bytes"] / 2**20, 1), log[-3000:]
+
+
+@pytest.mark.parametrize("mode", MODES)
 def test_a_failed_job_shows_its_output_and_its_error_quotes_stderr(backend, monkeypatch, capfd, mode):
     ti, log = run(backend, monkeypatch, capfd, f"results_failure_{mode}")
     assert state(ti) == "failed"

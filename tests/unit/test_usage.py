@@ -9,12 +9,14 @@ from typing import Any
 
 import pytest
 
+from airflow_provider_slurmapi.api import operations as ops
 from airflow_provider_slurmapi.api import usage
+from airflow_provider_slurmapi.api.envelope import SlurmReply
 from airflow_provider_slurmapi.api.failures import SlurmJobFailedError
 from airflow_provider_slurmapi.api.job_event import JobEvent
 from airflow_provider_slurmapi.api.jobs import SlurmArrayJob, SlurmJob
 from airflow_provider_slurmapi.operators.slurmapi import SlurmSubmitJobOperator
-from tests.fixtures import recorded
+from tests.fixtures import drive_op, recorded, recorded_status
 from tests.unit.test_task_resume import Ti
 
 
@@ -41,7 +43,8 @@ def test_a_real_records_usage_is_its_allocation_times_its_run(release, name, sou
     assert used["cpus"] >= 1 and used["nodes"] == 1 and used["gpus"] == 0
     assert used["cpu_hours"] == round(used["cpus"] * seconds / 3600, 4)
     assert used["node_hours"] == round(seconds / 3600, 4) and used["gpu_hours"] == 0
-    assert used["max_rss_bytes"] is None  # the test clusters gather no step statistics
+    # these jobs ended before the test cluster's first sample (JobAcctGatherFrequency=30): no step statistics
+    assert used["max_rss_bytes"] is None
 
 
 def test_a_real_arrays_usage_sums_its_tasks():
@@ -104,3 +107,62 @@ def test_the_task_pushes_its_jobs_usage_logs_it_and_names_it_when_the_job_failed
         SlurmSubmitJobOperator(task_id="t", script="#!/bin/sh\n", publish_results=False).execute_complete(
             {"ti": Ti()}, ended("OUT_OF_MEMORY")
         )
+
+
+def test_a_real_sampled_steps_peak_is_the_jobs_max_rss():
+    """24.11, a job holding 200 MiB for 3 s with ``account_gather_frequency: "task=1"``: its batch step's
+    ``tres.requested.max`` has ``mem`` (and Python's own on top)."""
+    [job] = accounted("slurmdb_job_sampled", "24.11")
+    used = job.usage
+    assert used is not None and used.max_rss_bytes == 221741056
+    assert used.describe().endswith("; max RSS 211.5 MiB")
+
+
+def test_the_peak_is_read_from_accounting_for_the_runs_the_wait_saw_only():
+    [job] = accounted("slurmdb_job_sampled", "24.11")
+    assert job.start_time is not None
+    reply = SlurmReply.from_structured(recorded_status("slurmdb_job_sampled"), recorded("slurmdb_job_sampled"))
+    found, calls = drive_op(ops.peak_memory("v0.0.42", job.job_id, frozenset({job.start_time})), [reply])
+    assert found == (True, 221741056)
+    assert [(c.method, c.path, c.best_effort) for c in calls] == [("GET", "/slurmdb/v0.0.42/job/69", True)]
+    # another run (a later requeue, an earlier job with the same id): not recorded yet, and not its peak
+    other = frozenset({job.start_time + timedelta(seconds=1)})
+    assert drive_op(ops.peak_memory("v0.0.42", job.job_id, other), [reply])[0] == (False, None)
+
+
+@pytest.mark.slurmapi_emulator(min_job_age=60)
+def test_the_task_adds_the_peak_from_accounting_and_a_down_slurmdbd_costs_one_try_not_the_task(
+    slurmapi_emulator, capfd
+):
+    """The wait ends on the active queue's record, which has no step statistics: the task reads accounting
+    once for the job's max RSS. With slurmdbd down it says the figure is unknown, after one try, and
+    succeeds; the emulator records a peak only for a run sampled at least once (as real Slurm does)."""
+    from airflow_provider_slurmapi.hooks.slurmapi import SlurmJobApiHook
+
+    hook = SlurmJobApiHook()
+    holds = "#!/bin/bash\npython3 -c 'import time; b = bytearray(64 << 20); time.sleep(1.5)'\n"
+    sampled = hook.submit_job(holds, {"current_working_directory": "/tmp", "account_gather_frequency": "task=1"})
+    unsampled = hook.submit_job(holds, {"current_working_directory": "/tmp"})  # the cluster samples every 30 s
+    ends = {job_id: hook.wait_for_job(job_id, poll_interval=0.2) for job_id in (sampled, unsampled)}
+    assert {job.source for job in ends.values()} == {"slurm"}
+
+    def finish(job_id: int) -> dict[str, Any]:
+        ti = Ti()
+        event = JobEvent.ended(job_id, ends[job_id]).payload()
+        SlurmSubmitJobOperator(task_id="t", script="#!/bin/sh\n", publish_results=False).execute_complete(
+            {"ti": ti}, event
+        )
+        return ti.pushed["slurm_usage"]
+
+    def accounting_reads() -> int:
+        return sum(call.path.startswith("/slurmdb/") for call in slurmapi_emulator.calls)
+
+    slurmapi_emulator.set_slurmdbd_down(True)
+    before = accounting_reads()
+    assert finish(sampled)["max_rss_bytes"] is None
+    assert accounting_reads() == before + 1
+    assert f"Slurm job {sampled}'s max RSS is unknown: accounting could not be read" in capfd.readouterr().out
+
+    slurmapi_emulator.set_slurmdbd_down(False)
+    assert 64 << 20 <= finish(sampled)["max_rss_bytes"] < 1 << 30
+    assert finish(unsampled)["max_rss_bytes"] is None
