@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -78,8 +79,16 @@ _SHARED_SCOPES = {
 }
 
 
+# A real-Slurm scenario's run on the emulator backend (``[emulator]``, ``[emulator-sync]``, ...) shares no
+# cluster: each module's emulator half is a unit of its own, run beside the real cluster's tests instead of
+# after them on their worker.
+_EMULATOR_HALF = re.compile(r"\[(?:[^\]]*-)?emulator(?:-[^\]]*)?\]$")
+
+
 def xdist_scope(nodeid: str) -> str:
     """The unit of work a test belongs to under pytest-xdist: what it shares, else its module."""
+    if nodeid.startswith("tests/real_slurm/") and _EMULATOR_HALF.search(nodeid):
+        return nodeid.split("::", 1)[0] + "::emulator"
     for prefix, scope in _SHARED_SCOPES.items():
         if nodeid.startswith(prefix):
             return scope
