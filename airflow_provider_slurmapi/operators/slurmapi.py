@@ -42,6 +42,7 @@ from airflow_provider_slurmapi import lineage
 from airflow_provider_slurmapi.api import checks, failures, results, staging, storage, usage
 from airflow_provider_slurmapi.api.errors import (
     GoogleApiError,
+    SlurmAccountingUnavailableError,
     SlurmApiVersionError,
     SlurmJobApiError,
     SlurmJobFailedError,
@@ -667,6 +668,9 @@ class SlurmSubmitJobOperator(SlurmApiHookMixin, BaseOperator):
         job_id = summary.get("job_id")
         try:
             peak = self.hook.peak_memory(str(job_id), starts)
+        except SlurmAccountingUnavailableError:  # its message says "retried": this one-try read is not
+            self.log.info("Slurm job %s's max RSS is unknown: Slurm's accounting (slurmdbd) did not answer", job_id)
+            return
         except Exception as err:  # a figure is not worth failing the task for
             self.log.info("Slurm job %s's max RSS is unknown: accounting could not be read (%s)", job_id, err)
             return

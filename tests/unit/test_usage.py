@@ -161,7 +161,8 @@ def test_the_task_adds_the_peak_from_accounting_and_a_down_slurmdbd_costs_one_tr
     before = accounting_reads()
     assert finish(sampled)["max_rss_bytes"] is None
     assert accounting_reads() == before + 1
-    assert f"Slurm job {sampled}'s max RSS is unknown: accounting could not be read" in capfd.readouterr().out
+    said = capfd.readouterr().out
+    assert f"Slurm job {sampled}'s max RSS is unknown: Slurm's accounting (slurmdbd) did not answer" in said
 
     slurmapi_emulator.set_slurmdbd_down(False)
     assert 64 << 20 <= finish(sampled)["max_rss_bytes"] < 1 << 30
