@@ -12,6 +12,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -39,28 +40,30 @@ for ti in dag_run.get_task_instances():
         "usage": pull("slurm_usage"),
         "return_value": pull("return_value"),
     }
-print("TASKS " + json.dumps(tasks, default=str))
-
 from airflow.listeners.listener import get_listener_manager
 
-print("LISTENERS " + json.dumps(sorted(type(p).__name__ for p in get_listener_manager().pm.get_plugins())))
+listeners = sorted(type(p).__name__ for p in get_listener_manager().pm.get_plugins())
+with open(sys.argv[1], "w") as out:  # not stdout: Airflow's and OpenLineage's logs share it, mid-line
+    json.dump({"tasks": tasks, "listeners": listeners}, out, default=str)
 """
 
 
 def run_lineage_dag(env: dict[str, str]) -> tuple[dict[str, Any], list[str]]:
     """Run the ``lineage`` DAG with ``dag.test()`` in a new Python process with ``env``: each task's state,
     Slurm job id, XCom ``slurm_usage`` and return value; and the types of the listeners Airflow ran."""
-    proc = subprocess.run(
-        [sys.executable, "-c", RUNNER],
-        cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT), **env},
-        capture_output=True,
-        text=True,
-        timeout=280,
-    )
-    lines = {x.split(" ", 1)[0]: x.split(" ", 1)[1] for x in proc.stdout.splitlines() if x[:6] in ("TASKS ", "LISTEN")}
-    assert proc.returncode == 0 and len(lines) == 2, proc.stdout[-3000:] + proc.stderr[-5000:]
-    return json.loads(lines["TASKS"]), json.loads(lines["LISTENERS"])
+    with tempfile.TemporaryDirectory() as folder:
+        found = Path(folder) / "ran.json"
+        proc = subprocess.run(
+            [sys.executable, "-c", RUNNER, str(found)],
+            cwd=ROOT,
+            env={**os.environ, "PYTHONPATH": str(ROOT), **env},
+            capture_output=True,
+            text=True,
+            timeout=280,
+        )
+        assert proc.returncode == 0 and found.is_file(), proc.stdout[-3000:] + proc.stderr[-5000:]
+        ran = json.loads(found.read_text())
+    return ran["tasks"], ran["listeners"]
 
 
 def printed_parent(output: str) -> dict[str, str]:
