@@ -248,9 +248,10 @@ class Writers:
         # Each job's last pass, as its wrapper makes at its exit, then its publication with the report of what
         # it staged: by groups of PUBLISH_GROUP jobs (one request to the emulator each), so that the one writer
         # here publishes before the jobs end, as N wrappers in parallel would.
+        numbered = list(enumerate(self.jobs))
         with ThreadPoolExecutor(8) as pool:
             for first in range(0, n, PUBLISH_GROUP):
-                group = list(enumerate(self.jobs))[first : first + PUBLISH_GROUP]
+                group = numbered[first : first + PUBLISH_GROUP]
                 for done in [pool.submit(self._store, i, job, self.until - 0.001, True) for i, job in group]:
                     done.result()
                 if self.publish is not None:

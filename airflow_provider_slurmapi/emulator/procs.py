@@ -173,7 +173,14 @@ class Reaper:
         return bool(self._strays)
 
     def finished(self, proc: subprocess.Popen[bytes]) -> int | None:
-        """The script's wait status if it has ended (then nothing of its job survives), else None.
+        """The script's wait status if it has ended (then nothing of its job survives), else None."""
+        ended = self.finished_with_usage(proc)
+        return None if ended is None else ended[0]
+
+    def finished_with_usage(self, proc: subprocess.Popen[bytes]) -> tuple[int, int | None] | None:
+        """``(wait status, peak resident memory in bytes)`` once the script has ended (then nothing of its
+        job survives), else None. The peak is the script's own or that of a child it waited for, whichever
+        is larger (``wait4``); None when the script was reaped elsewhere.
 
         Slurm kills every process of a job when its batch script ends. The script is still a
         zombie while we kill, so its session and group ids cannot have been reused yet.
@@ -181,29 +188,17 @@ class Reaper:
         try:
             ended = os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
         except ChildProcessError:
-            return proc.poll()
+            code = proc.poll()
+            return None if code is None else (code, None)
         if ended is None:
             return None
         self._kill_session(proc)
-        return self._reap_script(proc)
-
-    def finished_with_usage(self, proc: subprocess.Popen[bytes]) -> tuple[int, int | None] | None:
-        """As ``finished``, with the script's peak resident memory in bytes (its own, or that of a child
-        it waited for, whichever is larger; None if it was reaped elsewhere)."""
-        self.peak_rss = None
-        code = self.finished(proc)
-        return None if code is None else (code, self.peak_rss)
-
-    peak_rss: int | None = None  # of the script ``finished`` last reaped
-
-    def _reap_script(self, proc: subprocess.Popen[bytes]) -> int:
         try:
             _, status, usage = os.wait4(proc.pid, 0)
         except ChildProcessError:
-            return proc.wait()
+            return proc.wait(), None
         proc.returncode = os.waitstatus_to_exitcode(status)
-        self.peak_rss = usage.ru_maxrss * 1024  # Linux counts it in KiB
-        return proc.returncode
+        return proc.returncode, usage.ru_maxrss * 1024  # Linux counts it in KiB
 
     def kill(self, proc: subprocess.Popen[bytes]) -> None:
         """SIGKILL a job's whole process tree now; it is reaped by ``finished``/``sweep``."""
