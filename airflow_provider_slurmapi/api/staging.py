@@ -35,6 +35,8 @@ and not containing ``google``. Object names are at most 1,024 bytes of UTF-8 wit
 
 from __future__ import annotations
 
+import base64
+import binascii
 import hashlib
 import ipaddress
 import re
@@ -60,6 +62,15 @@ PREFIX_LIMIT = 512
 CHANGES = ".changes"
 EPOCH_DIGITS = 10
 COMPONENT_LIMIT = 114
+# A chunk of at most INLINE_LIMIT bytes travels inside its announcement too, as custom metadata (base64
+# without padding, in pieces of at most INLINE_PIECE characters under the keys INLINE_KEYS, and its size
+# under INLINE_SIZE_KEY), so the one listing of the announcements per tick delivers it and no follower reads
+# it. Cloud Storage holds at most 4 KiB per metadata value and 8 KiB per object
+# (https://cloud.google.com/storage/docs/reference/rpc/google.storage.v1, ServiceConstants).
+INLINE_LIMIT = 6000
+INLINE_PIECE = 4000
+INLINE_KEYS = ("d0", "d1")
+INLINE_SIZE_KEY = "n"
 _BUCKET_PART = re.compile(r"[a-z0-9](?:[a-z0-9_-]{0,61}[a-z0-9])?")
 _BUCKET_CHARS = re.compile(r"[a-z0-9._-]+")
 _REFUSED_IN_PREFIX = re.compile(r"[\x00-\x1f\x7f*?\[\]#]")
@@ -152,6 +163,35 @@ def parse_announcement(root: StagingLocation, name: str) -> tuple[int, str] | No
     if len(digits) != EPOCH_DIGITS or not digits.isdigit() or parse_chunk("/".join(below.split("/")[-2:])) is None:
         return None
     return int(digits), root.object_name(below)
+
+
+def inline_metadata(data: bytes) -> dict[str, str] | None:
+    """The custom metadata that carries ``data`` inside a chunk's announcement (as the job's wrapper writes
+    it); None when it is longer than :data:`INLINE_LIMIT`."""
+    if len(data) > INLINE_LIMIT:
+        return None
+    text = base64.b64encode(data).decode("ascii").rstrip("=")
+    pieces = [text[at : at + INLINE_PIECE] for at in range(0, len(text), INLINE_PIECE)] or [""]
+    return {INLINE_SIZE_KEY: str(len(data)), **dict(zip(INLINE_KEYS, pieces, strict=False))}
+
+
+def parse_inline(metadata: Any) -> bytes | None:
+    """The chunk an announcement's custom metadata carries; None when it carries none, or anything that
+    is not one (another writer's metadata: the follower then reads the chunk's object)."""
+    if not isinstance(metadata, dict):
+        return None
+    size = metadata.get(INLINE_SIZE_KEY)
+    pieces = [metadata.get(key) or "" for key in INLINE_KEYS]
+    if not isinstance(size, str) or not size.isdigit() or not all(isinstance(p, str) for p in pieces):
+        return None
+    text = "".join(pieces)
+    if int(size) > INLINE_LIMIT or len(text) > 2 * INLINE_PIECE:
+        return None
+    try:
+        data = base64.b64decode(text + "=" * (-len(text) % 4), validate=True)
+    except (binascii.Error, ValueError):
+        return None
+    return data if len(data) == int(size) else None
 
 
 def parse_chunk(name: str) -> tuple[str, int] | None:
@@ -327,6 +367,8 @@ __sa_es=0/0
 printf 'try=@TRY@;run=%s;stdout=0/0;stderr=%s;result=none;error=' "$__sa_run" "$__sa_es" > "$__sa_sd/staged"
 : > "$__sa_sd/empty"
 __sa_quiet=
+__sa_mg=
+__sa_mj=
 __sa_why() { [ -n "$__sa_quiet" ] || printf '%s' "$1" | tr -d '\000-\037\177;' | head -c 200 > "$__sa_sd/error"; }
 __sa_token() {
     if [ -n "$__sa_curl" ]; then
@@ -349,27 +391,29 @@ SLURMAPI_PY
     [ -n "$__t" ] || { __sa_why "the metadata server gave no access token"; return 1; }
     (umask 077 && printf 'Authorization: Bearer %s\n' "$__t" > "$__sa_sd/auth")
 }
-# __sa_http METHOD URL [FILE]: one authorized request; its status in $__sa_code, its body in $__sa_sd/reply
+# __sa_http METHOD URL [FILE [TYPE]]: one authorized request (FILE its body, of Content-Type TYPE, else
+# application/octet-stream); its status in $__sa_code, its body in $__sa_sd/reply
 __sa_http() {
     if [ -n "$__sa_curl" ]; then
         if [ -n "${3:-}" ]; then
             __sa_code=$("$__sa_curl" -sS --max-time @SECONDS@ -o "$__sa_sd/reply" -w '%{http_code}' -X "$1" \
-                -H "@$__sa_sd/auth" -H 'Content-Type: application/octet-stream' --data-binary "@$3" "$2" \
+                -H "@$__sa_sd/auth" -H "Content-Type: ${4:-application/octet-stream}" --data-binary "@$3" "$2" \
                 2>"$__sa_sd/err")
         else
             __sa_code=$("$__sa_curl" -sS --max-time @SECONDS@ -o "$__sa_sd/reply" -w '%{http_code}' -X "$1" \
                 -H "@$__sa_sd/auth" "$2" 2>"$__sa_sd/err")
         fi
     else
-        __sa_code=$("$__sa_py" - "$1" "$2" "${3:-}" "$__sa_sd" 2>"$__sa_sd/err" <<'SLURMAPI_PY'
+        __sa_code=$("$__sa_py" - "$1" "$2" "${3:-}" "$__sa_sd" "${4:-application/octet-stream}" 2>"$__sa_sd/err" \
+            <<'SLURMAPI_PY'
 import sys, urllib.error, urllib.request
-method, url, body, folder = sys.argv[1:5]
+method, url, body, folder, kind = sys.argv[1:6]
 with open(folder + "/auth") as auth:
     header = auth.read().split(":", 1)[1].strip()
 data = open(body, "rb").read() if body else None
 request = urllib.request.Request(url, data=data, method=method)
 request.add_header("Authorization", header)
-request.add_header("Content-Type", "application/octet-stream")
+request.add_header("Content-Type", kind)
 try:
     with urllib.request.urlopen(request, timeout=@SECONDS@) as reply:
         code, text = reply.status, reply.read()
@@ -389,18 +433,31 @@ SLURMAPI_PY
     return 1
 }
 # __sa_store FILE NAME QUOTED: FILE as the object NAME (QUOTED: NAME percent-quoted), only where there is
-# none yet. Returns 0 when stored, 2 when an object of that name is there already, 1 when it failed.
+# none yet, with the custom metadata $__sa_mg (gcloud's KEY=VALUE,...) and $__sa_mj (the same as JSON) if
+# set. Returns 0 when stored, 2 when an object of that name is there already, 1 when it failed.
 __sa_store() {
     if [ -n "$__sa_gcloud" ]; then
-        "$__sa_gcloud" storage cp --if-generation-match=0 "$1" "gs://$__sa_sb/$2" >/dev/null 2>"$__sa_sd/err" &&
-            return 0
+        "$__sa_gcloud" storage cp --if-generation-match=0 ${__sa_mg:+"--custom-metadata=$__sa_mg"} "$1" \
+            "gs://$__sa_sb/$2" >/dev/null 2>"$__sa_sd/err" && return 0
         grep -qi 'precondition' "$__sa_sd/err" && return 2
         __sa_why "gcloud storage cp: $(tail -n 1 "$__sa_sd/err")"
         return 1
     fi
     __sa_token || return 1
-    __sa_http POST "$__sa_gcs/upload/storage/v1/b/$__sa_sb/o?uploadType=media&ifGenerationMatch=0&name=$3" "$1" &&
-        return 0
+    if [ -n "$__sa_mj" ]; then
+        # a multipart upload (https://cloud.google.com/storage/docs/uploading-objects#uploading-an-object):
+        # the object's metadata, then its content
+        printf '%s\r\n%s\r\n\r\n{"metadata":%s}\r\n%s\r\n%s\r\n\r\n' --sa_part \
+            'Content-Type: application/json; charset=UTF-8' "$__sa_mj" --sa_part \
+            'Content-Type: application/octet-stream' > "$__sa_sd/multi" &&
+            cat "$1" >> "$__sa_sd/multi" && printf '\r\n%s\r\n' --sa_part-- >> "$__sa_sd/multi" ||
+            { __sa_why "cannot write to $__sa_sd"; return 1; }
+        __sa_http POST "$__sa_gcs/upload/storage/v1/b/$__sa_sb/o?uploadType=multipart&ifGenerationMatch=0&name=$3" \
+            "$__sa_sd/multi" 'multipart/related; boundary=sa_part' && return 0
+    else
+        __sa_http POST "$__sa_gcs/upload/storage/v1/b/$__sa_sb/o?uploadType=media&ifGenerationMatch=0&name=$3" \
+            "$1" && return 0
+    fi
     [ "$__sa_code" != 412 ] || return 2
     return 1
 }
@@ -409,18 +466,42 @@ __sa_put() {
     __sa_store "$1" "$__sa_sn/$__sa_job/run-$__sa_run/$2" \
         "$__sa_sq%2F$__sa_job%2Frun-$__sa_run%2F$(printf '%s' "$2" | sed 's|/|%2F|g')"
 }
-# __sa_announce NAME: an empty object .changes/<epoch>/<the chunk NAME of this run> below the staging
-# location, which tells a triggerer that follows many jobs what is new in one listing. Its failure is not
-# the staging's: the chunk is staged, and a triggerer reads it at the latest when the job ends.
+# __sa_inline FILE: the custom metadata that carries FILE's bytes (at most @INLINE@) in its announcement:
+# n=<size>, d0 and d1 its base64 (no padding) in pieces of at most @PIECE@ characters (see inline_metadata),
+# in $__sa_mg and $__sa_mj; both empty for a longer FILE or a node with neither base64 nor python3.
+__sa_inline() {
+    __sa_mg= __sa_mj=
+    __n=$(wc -c < "$1" | tr -d ' ')
+    case $__n in '' | *[!0-9]*) return 0 ;; esac
+    [ "$__n" -le @INLINE@ ] || return 0
+    if command -v base64 >/dev/null 2>&1; then
+        __b=$(base64 < "$1" | tr -d '\n=') || return 0
+    elif [ -n "$__sa_py" ]; then
+        __b=$("$__sa_py" -c 'import base64, sys
+print(base64.b64encode(open(sys.argv[1], "rb").read()).decode().rstrip("="))' "$1") || return 0
+    else
+        return 0
+    fi
+    __d0=$(printf '%s\n' "$__b" | cut -c 1-@PIECE@)
+    __d1=$(printf '%s\n' "$__b" | cut -c @PIECE_NEXT@-)
+    __sa_mg="n=$__n,d0=$__d0" __sa_mj="{\"n\":\"$__n\",\"d0\":\"$__d0\""
+    [ -z "$__d1" ] || __sa_mg="$__sa_mg,d1=$__d1" __sa_mj="$__sa_mj,\"d1\":\"$__d1\""
+    __sa_mj="$__sa_mj}"
+}
+# __sa_announce NAME [FILE]: an empty object .changes/<epoch>/<the chunk NAME of this run> below the staging
+# location, which tells a triggerer that follows many jobs what is new in one listing; FILE (the chunk's
+# bytes, when this job stored them) travels in it if it is small. Its failure is not the staging's: the
+# chunk is staged, and a triggerer reads it at the latest when the job ends.
 __sa_announce() {
     [ -n "$__sa_cn" ] || return 0
     __e=$(date +%s 2>/dev/null)
     case $__e in '' | *[!0-9]*) return 0 ;; esac
     __e=$(printf '%010d' "$__e")
     __sa_quiet=1
+    [ -z "${2:-}" ] || __sa_inline "$2"
     __sa_store "$__sa_sd/empty" "$__sa_cn/$__e/$__sa_rel/$__sa_job/run-$__sa_run/$1" \
         "$__sa_cq%2F$__e%2F$__sa_rq%2F$__sa_job%2Frun-$__sa_run%2F$(printf '%s' "$1" | sed 's|/|%2F|g')"
-    __sa_quiet=
+    __sa_quiet= __sa_mg= __sa_mj=
     return 0
 }
 # __sa_size NAME: the size of the object NAME of this run (after a 412: a cut upload that had landed)
@@ -445,8 +526,12 @@ __sa_stream() {
         tail -c +$((__off + 1)) "$2" | head -c $((__size - __off)) > "$__sa_sd/chunk"
         __sa_put "$__sa_sd/chunk" "$__name"
         case $? in
-        0) __off=$((__off + $(wc -c < "$__sa_sd/chunk"))) ;;
+        0)
+            __off=$((__off + $(wc -c < "$__sa_sd/chunk")))
+            __inl=$__sa_sd/chunk
+            ;;
         2)
+            __inl=
             __got=$(__sa_size "$__name")
             case $__got in '' | *[!0-9]* | 0)
                 __sa_why "$__name is there already, of no size this job can read"
@@ -458,7 +543,7 @@ __sa_stream() {
         *) return 1 ;;
         esac
         echo "$__off" > "$__sa_sd/$1.off"
-        __sa_announce "$__name"
+        __sa_announce "$__name" "$__inl"
     done
 }
 __sa_streams() {
@@ -590,6 +675,9 @@ def stager_script(
         "@NAME_Q@": _sh_quote(quote(location.prefix, safe="")),
         "@EVERY@": str(int(every)),
         "@SECONDS@": str(REQUEST_SECONDS),
+        "@INLINE@": str(INLINE_LIMIT),
+        "@PIECE@": str(INLINE_PIECE),
+        "@PIECE_NEXT@": str(INLINE_PIECE + 1),
     }
     text = _STAGER
     for key, value in fields.items():

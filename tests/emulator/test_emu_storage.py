@@ -188,3 +188,51 @@ def test_fail_next_answers_the_next_uploads_with_an_error(fake_gcs: FakeGcs) -> 
     fake_gcs.fail_next(2, status=429)
     statuses = [requests.get(f"{fake_gcs.url}/storage/v1/b/{STAGING_BUCKET}/o", timeout=10).status_code for _ in "abc"]
     assert statuses == [429, 429, 200]
+
+
+def _path_without(tmp_path, *left_out: str) -> str:
+    """A PATH of the system's programs less ``left_out`` (a node without curl, or without base64)."""
+    folder = tmp_path / "bin"
+    folder.mkdir()
+    for where in ("/usr/local/bin", "/usr/bin", "/bin"):
+        for name in os.listdir(where) if os.path.isdir(where) else ():
+            if name not in left_out and not (folder / name).exists():
+                (folder / name).symlink_to(os.path.join(where, name))
+    return str(folder)
+
+
+@pytest.mark.parametrize("left_out", [(), ("curl", "base64")], ids=["curl-base64", "python3-only"])
+def test_the_wrapper_announces_a_small_chunk_with_its_bytes(
+    emu_with_storage: SlurmJobApiEmulator, fake_gcs: FakeGcs, tmp_path, left_out: tuple[str, ...]
+) -> None:
+    """The job's wrapper (curl and base64, or python3 alone) stores each chunk, then announces it; a chunk of
+    at most INLINE_LIMIT bytes travels in its announcement's custom metadata, which Airflow's listing reads
+    back as the chunk's bytes; a larger one is announced by name only."""
+    from airflow_provider_slurmapi.api import results
+    from airflow_provider_slurmapi.api.staging import INLINE_LIMIT, StagingLocation, parse_announcement, parse_inline
+
+    root = StagingLocation(STAGING_BUCKET, f"wrapper-{'-'.join(left_out) or 'all'}")
+    location = root.for_task("d", "t", "r", -1, 1)
+    small = "epoch 1: loss 0.25 \u00e9\n"
+    script = f"#!/bin/sh\nprintf '%s' '{small}'\nhead -c {INLINE_LIMIT + 1} /dev/zero | tr '\\0' 'e' >&2\n"
+    wrapper = tmp_path / "wrapper.sh"
+    wrapper.write_text(results.wrap_script(script, "tag", staging=location, output_interval=1, staging_root=root))
+    env = {
+        "PATH": _path_without(tmp_path, *left_out),
+        "SLURM_JOB_ID": "31",
+        "TMPDIR": str(tmp_path),
+        "GCE_METADATA_HOST": emu_with_storage.metadata_host,
+        "STORAGE_EMULATOR_HOST": fake_gcs.url,
+    }
+    with (tmp_path / "out").open("wb") as out, (tmp_path / "err").open("wb") as err:
+        subprocess.run(["/bin/sh", str(wrapper)], stdout=out, stderr=err, env=env, timeout=120, check=False)
+    run = location.for_job("31")
+    carried = {
+        parsed[1]: parse_inline(metadata)
+        for name, metadata in fake_gcs.metadata(STAGING_BUCKET, root.object_name(".changes/")).items()
+        if (parsed := parse_announcement(root, name)) is not None
+    }
+    stdout, stderr = run.object_name("stdout/000000000000"), run.object_name("stderr/000000000000")
+    assert carried == {stdout: small.encode(), stderr: None}, (tmp_path / "err").read_bytes()[-500:]
+    assert fake_gcs.read(STAGING_BUCKET, stdout) == small.encode()
+    assert fake_gcs.read(STAGING_BUCKET, stderr) == b"e" * (INLINE_LIMIT + 1)

@@ -275,18 +275,22 @@ class FakeGcs:
         response = self._session.post(f"{self._direct}/storage/v1/b", json={"name": name}, timeout=30)
         response.raise_for_status()
 
-    def objects(self, bucket: str, prefix: str = "") -> dict[str, int]:
-        """Names and sizes (bytes) of the objects of ``bucket`` whose name starts with ``prefix``."""
-        found: dict[str, int] = {}
+    def _listed(self, bucket: str, prefix: str) -> list[dict[str, Any]]:
+        """The listing's items of the objects of ``bucket`` whose name starts with ``prefix``, every page."""
+        items: list[dict[str, Any]] = []
         params = {"prefix": prefix}
         while True:
             response = self._session.get(f"{self._direct}/storage/v1/b/{bucket}/o", params=params, timeout=30)
             response.raise_for_status()
             listing = response.json()
-            found.update({item["name"]: int(item["size"]) for item in listing.get("items", [])})
+            items.extend(listing.get("items", []))
             if not listing.get("nextPageToken"):
-                return found
+                return items
             params["pageToken"] = listing["nextPageToken"]
+
+    def objects(self, bucket: str, prefix: str = "") -> dict[str, int]:
+        """Names and sizes (bytes) of the objects of ``bucket`` whose name starts with ``prefix``."""
+        return {item["name"]: int(item["size"]) for item in self._listed(bucket, prefix)}
 
     def read(self, bucket: str, name: str) -> bytes:
         url = f"{self._direct}/storage/v1/b/{bucket}/o/{quote(name, safe='')}"
@@ -294,10 +298,26 @@ class FakeGcs:
         response.raise_for_status()
         return response.content
 
-    def write(self, bucket: str, name: str, data: bytes) -> None:
+    def write(self, bucket: str, name: str, data: bytes, metadata: dict[str, str] | None = None) -> None:
+        """Store ``data`` as ``name``; with ``metadata`` (custom metadata), as a multipart upload, the way
+        the jobs' wrappers announce a chunk with its bytes."""
         url = f"{self._direct}/upload/storage/v1/b/{bucket}/o"
-        response = self._session.post(url, params={"uploadType": "media", "name": name}, data=data, timeout=30)
+        if metadata is None:
+            response = self._session.post(url, params={"uploadType": "media", "name": name}, data=data, timeout=30)
+        else:
+            part = json.dumps({"metadata": metadata}).encode()
+            head = b"--part\r\nContent-Type: application/json\r\n\r\n"
+            middle = b"\r\n--part\r\nContent-Type: application/octet-stream\r\n\r\n"
+            body = head + part + middle + data + b"\r\n--part--\r\n"
+            headers = {"Content-Type": "multipart/related; boundary=part"}
+            params = {"uploadType": "multipart", "name": name}
+            response = self._session.post(url, params=params, data=body, headers=headers, timeout=30)
         response.raise_for_status()
+
+    def metadata(self, bucket: str, prefix: str = "") -> dict[str, dict[str, str]]:
+        """The custom metadata of each object of ``bucket`` whose name starts with ``prefix`` (``{}`` for
+        an object with none)."""
+        return {item["name"]: dict(item.get("metadata") or {}) for item in self._listed(bucket, prefix)}
 
 
 def _free_port() -> int:

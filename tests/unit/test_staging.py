@@ -10,14 +10,17 @@ from hypothesis import strategies as st
 
 from airflow_provider_slurmapi.api.errors import SlurmJobSpecError
 from airflow_provider_slurmapi.api.staging import (
+    INLINE_LIMIT,
     OBJECT_NAME_LIMIT,
     PREFIX_LIMIT,
     StagedReport,
     StagingLocation,
     announcement_name,
     chunk_name,
+    inline_metadata,
     parse_announcement,
     parse_chunk,
+    parse_inline,
 )
 
 
@@ -218,3 +221,30 @@ def test_a_staging_report_a_job_wrote_with_terminal_escapes_reads_without_them()
     assert published is not None
     parsed = StagedReport.parse(published.staged)
     assert parsed is not None and parsed.error == "[2JHTTP 503"
+
+
+@pytest.mark.parametrize("size", [0, 1, 2, 2999, 3000, 3001, INLINE_LIMIT])
+def test_a_chunk_small_enough_travels_in_its_announcements_metadata_within_cloud_storages_limits(size):
+    data = bytes(range(256)) * (size // 256) + bytes(range(size % 256))
+    metadata = inline_metadata(data)
+    assert metadata is not None and parse_inline(metadata) == data
+    # Cloud Storage: at most 4 KiB per value and 8 KiB of keys and values per object
+    assert all(len(value) <= 4096 for value in metadata.values())
+    assert sum(len(key) + len(value) for key, value in metadata.items()) <= 8192
+
+
+def test_a_chunk_too_large_or_metadata_that_is_not_a_chunk_carries_no_bytes():
+    assert inline_metadata(b"x" * (INLINE_LIMIT + 1)) is None
+    good = inline_metadata(b"one\ntwo\n")
+    assert good is not None
+    for bad in [
+        None,
+        "n=8",
+        {},
+        {**good, "n": "9"},  # not its size
+        {**good, "n": "-8"},
+        {**good, "d0": good["d0"][:-1] + "*"},  # not base64
+        {**good, "d0": ["a"]},
+        {"n": str(INLINE_LIMIT + 1), "d0": "A" * 4000, "d1": "A" * 4003},  # past the limit
+    ]:
+        assert parse_inline(bad) is None, bad
