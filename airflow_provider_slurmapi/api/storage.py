@@ -37,6 +37,7 @@ from airflow_provider_slurmapi.api.staging import (
     StagingLocation,
     parse_announcement,
     parse_chunk,
+    parse_inline,
 )
 
 STAGING_EXTRA = "airflow-provider-slurmapi[staging]"
@@ -84,12 +85,14 @@ def _settle_environment(client: Any) -> None:
 
 @dataclass(frozen=True)
 class Chunk:
-    """A chunk of a stream; ``size`` None when only its announcement named it (not listed yet)."""
+    """A chunk of a stream; ``size`` None when only its announcement named it (not listed yet); ``data``
+    its bytes when its announcement carried them (then nothing reads its object)."""
 
     stream: str
     offset: int
     size: int | None
     name: str
+    data: bytes | None = None
 
 
 @dataclass
@@ -125,7 +128,7 @@ def read_new(
     starts before the cursor is not asked for again."""
     listed = chunks(client, location) if listed is None else listed
     done = set() if done is None else done
-    bucket = client.bucket(location.bucket)
+    bucket = None
     new: dict[str, bytes] = {}
     for stream, items in listed.items():
         parts = []
@@ -136,7 +139,11 @@ def read_new(
             if chunk.name in done or (chunk.size is not None and chunk.offset + chunk.size <= at):
                 done.add(chunk.name)
                 continue
-            data = _download(bucket, chunk.name, at - chunk.offset)
+            if chunk.data is None:
+                bucket = client.bucket(location.bucket) if bucket is None else bucket
+                data = _download(bucket, chunk.name, at - chunk.offset)
+            else:
+                data = chunk.data[at - chunk.offset :]
             done.add(chunk.name)
             parts.append(data)
             at += len(data)
@@ -144,6 +151,22 @@ def read_new(
         if parts:
             new[stream] = b"".join(parts)
     return new
+
+
+def needs_request(listed: dict[str, list[Chunk]], cursor: StreamCursor, done: set[str]) -> bool:
+    """Whether :func:`read_new` of ``listed`` from ``cursor`` would read an object: a chunk it would read
+    that did not come with its bytes."""
+    for stream, items in listed.items():
+        at = cursor.offsets.get(stream, 0)
+        for chunk in items:
+            if chunk.offset > at:
+                break
+            if chunk.name in done or (chunk.size is not None and chunk.offset + chunk.size <= at):
+                continue
+            if chunk.data is None:
+                return True
+            at = chunk.offset + len(chunk.data)
+    return False
 
 
 def _download(bucket: Any, name: str, start: int) -> bytes:
@@ -312,10 +335,41 @@ def logged_line(job: str, stream: str, line: str) -> str:
     return f"[{job} {stream}] {line}" if stream else line
 
 
-# How far back (seconds) each listing of a staging location's announcements starts before the newest one it
-# saw: an announcement lands at most REQUEST_SECONDS (30) after the time in its name, so one written by a node
-# whose clock is up to 30 s behind another's is still listed.
-CHANGES_WINDOW = 60
+# The lines one poll found go to the task log in records of at most about this many characters, not a record
+# per line: a record costs the log's handlers (and a triggerer's event loop) about the same whatever its
+# length, and a triggerer that follows 1,000 jobs may log thousands of lines a tick. Each line of a record
+# is still ``[42 stdout] text``, which is how the job page finds them (``LOGGED_LINE``, line by line).
+LOG_RECORD_CHARS = 64 * 1024
+
+
+def logged_records(job: str, found: Iterable[tuple[str, str]], limit: int = LOG_RECORD_CHARS) -> list[str]:
+    """The ``(stream, line)`` a follower returned, as the task logs them: the lines in order, each as
+    :func:`logged_line` gives it, joined by newlines into records of at most ``limit`` characters (a longer
+    line makes a record of its own)."""
+    records: list[str] = []
+    held: list[str] = []
+    size = 0
+    for stream, line in found:
+        text = logged_line(job, stream, line)
+        if held and size + len(text) > limit:
+            records.append("\n".join(held))
+            held, size = [], 0
+        held.append(text)
+        size += len(text) + 1
+    if held:
+        records.append("\n".join(held))
+    return records
+
+
+# How far back (seconds) a listing of a staging location's announcements starts before the newest one it saw.
+# An announcement is named by its node's clock just before its upload (one small object, right after its
+# chunk), so it lands within a second or two of that time unless the storage is slow or the node's clock is
+# off. Most listings start CHANGES_RECENT before the newest (they return little more than what is new, with
+# the small chunks' bytes); one every CHANGES_WINDOW seconds, a sweep, starts CHANGES_WINDOW before it, and
+# finds what landed later than that. One that lands later still is not listed: its chunk is found by its
+# follower's gap check (GAP_RELIST_SECONDS) or at its job's end; its lines come later, none is lost.
+CHANGES_WINDOW = 20
+CHANGES_RECENT = 2
 # A follower that knows of a chunk past a gap (an announcement that was lost, or not listed) for this long
 # lists its job's objects itself once.
 GAP_RELIST_SECONDS = 60.0
@@ -323,9 +377,11 @@ GAP_RELIST_SECONDS = 60.0
 
 class ChangeFeed:
     """What is new below one staging location: each :meth:`poll` makes one listing of its announcements
-    (``.changes/``, from shortly before the newest seen on: ``startOffset``) and returns the object names of
-    the chunks announced since the last poll, each once. Blocking; one feed serves every follower of the
-    location (see :class:`OutputFollower`'s ``announced``)."""
+    (``.changes/``, from shortly before the newest seen on: ``startOffset``; from :data:`CHANGES_WINDOW`
+    before it every that many seconds) and returns the chunks announced
+    since the last poll, each once: their object names, with their bytes where the announcement carried them
+    (:func:`~airflow_provider_slurmapi.api.staging.parse_inline`). Blocking; one feed serves every follower
+    of the location (see :class:`OutputFollower`'s ``announced``)."""
 
     def __init__(self, root: StagingLocation, clock: Callable[[], float] = time.time) -> None:
         self.root = root
@@ -334,6 +390,7 @@ class ChangeFeed:
         self.seen: dict[str, int] = {}  # the announcements listed in the window, with their times
         self.listings = 0  # how many listings were made (pages included)
         self.last_floor = 0
+        self.last_sweep: float | None = None  # when the last listing of the whole window was made
 
     def floor(self) -> int:
         """The time the next listing starts at: the newest announcement seen (never past this host's
@@ -343,23 +400,37 @@ class ChangeFeed:
         self.last_floor = max(self.last_floor, newest - CHANGES_WINDOW)  # never back
         return self.last_floor
 
-    def poll(self, client: Any) -> list[str]:
+    def poll(self, client: Any) -> list[tuple[str, bytes | None]]:
         floor = self.floor()
+        now = self.clock()
+        start_at = floor
+        if self.last_sweep is not None and now - self.last_sweep < CHANGES_WINDOW and self.newest is not None:
+            start_at = max(floor, min(self.newest, int(now)) - CHANGES_RECENT)
+        else:
+            self.last_sweep = now
         head = self.root.object_name(f"{CHANGES}/")
-        start = f"{head}{floor:0{EPOCH_DIGITS}d}"
-        blobs = client.list_blobs(self.root.bucket, prefix=head, start_offset=start, fields="items(name),nextPageToken")
-        new: list[str] = []
+        start = f"{head}{start_at:0{EPOCH_DIGITS}d}"
+        blobs = client.list_blobs(
+            self.root.bucket, prefix=head, start_offset=start, fields="items(name,metadata),nextPageToken"
+        )
+        new: list[tuple[str, bytes | None]] = []
         for page in blobs.pages:
             self.listings += 1
             for blob in page:
+                if blob.name in self.seen:
+                    continue
                 parsed = parse_announcement(self.root, blob.name)
-                if parsed is None or blob.name in self.seen:
+                if parsed is None:
                     continue
                 self.seen[blob.name] = parsed[0]
                 self.newest = parsed[0] if self.newest is None else max(self.newest, parsed[0])
-                new.append(parsed[1])
+                new.append((parsed[1], parse_inline(blob.metadata)))
         self.seen = {name: at for name, at in self.seen.items() if at >= floor}
         return new
+
+
+# An object of a job's run below its task instance's prefix: try-<n>/<job>/run-<r>/<name>.
+_RUN_OBJECT = re.compile(r"try-([0-9]+)/([0-9]+(?:_[0-9]+)?)/run-([0-9]+)/(.+)", re.DOTALL)
 
 
 class OutputFollower:
@@ -391,7 +462,6 @@ class OutputFollower:
         self.job = job
         self.announced = announced
         self.clock = clock
-        self._names = re.compile(rf"try-([0-9]+)/{re.escape(job)}/run-([0-9]+)/(.+)")
         self.current: tuple[int, int] | None = None
         self.cursor = StreamCursor()
         self.partial: dict[str, bytes] = {}
@@ -400,17 +470,40 @@ class OutputFollower:
         self.listed = False
         self.first_poll: float | None = None
         self.gap_since: float | None = None
-        self.inbox: deque[str] = deque()  # announced names, handed over by another thread
+        self.list_due = False  # a listing is wanted at the next poll that may make requests
+        # announced chunks (their names, with their bytes if the announcement carried them), handed over by
+        # another thread
+        self.inbox: deque[tuple[str, bytes | None]] = deque()
+        # Called (with no argument) once a feed has handed over chunks: a trigger wakes to poll then, not
+        # every tick. Set by the trigger; called on the event loop that routes the feed's listing.
+        self.on_news: Callable[[], None] | None = None
 
-    def announce(self, names: Iterable[str]) -> None:
-        """Chunks the feed found (object names); those of other jobs are left out at the next poll.
+    def announce(self, chunks: Iterable[str | tuple[str, bytes | None]]) -> None:
+        """Chunks the feed found (object names, or ``(name, bytes)`` where the announcement carried the
+        chunk's bytes: then its object is not read); those of other jobs are left out at the next poll.
         Safe to call from another thread than :meth:`poll`'s."""
-        self.inbox.extend(names)
+        self.inbox.extend((item, None) if isinstance(item, str) else item for item in chunks)
 
     def idle(self) -> bool:
         """Fed, told of nothing new, waiting past no gap and not due to list: a :meth:`poll` (not at the
         job's end) would find nothing, without a request; the trigger skips it."""
-        return self.announced and not self.inbox and self.gap_since is None and not self._quiet_due()
+        return (
+            self.announced and not self.inbox and self.gap_since is None and not self.list_due and not self._quiet_due()
+        )
+
+    def due_in(self) -> float | None:
+        """Fed: the seconds until a :meth:`poll` is due though the feed told of nothing new (a gap's or a
+        quiet job's listing, see :data:`GAP_RELIST_SECONDS`), 0 when it is due; None when only news (or
+        the job's end) makes one worth it. Alone, 0: it lists every poll."""
+        if not self.announced or self.list_due:
+            return 0.0
+        now = self.clock()
+        due = []
+        if self.gap_since is not None:
+            due.append(self.gap_since + GAP_RELIST_SECONDS - now)
+        if not self.listed and not self.known and self.first_poll is not None:
+            due.append(self.first_poll + GAP_RELIST_SECONDS - now)
+        return max(0.0, min(due)) if due else None
 
     def _quiet_due(self) -> bool:
         """Never listed, told of nothing for :data:`GAP_RELIST_SECONDS` since the first poll: what the job
@@ -422,16 +515,18 @@ class OutputFollower:
             and self.clock() - self.first_poll >= GAP_RELIST_SECONDS
         )
 
-    def _learn(self, name: str, size: int | None) -> None:
+    def _learn(self, name: str, size: int | None, data: bytes | None = None) -> None:
         prefix = self.task_instance.object_name("")
-        named = self._names.fullmatch(name[len(prefix) :]) if name.startswith(prefix) else None
-        parsed = parse_chunk(named.group(3)) if named else None
+        named = _RUN_OBJECT.fullmatch(name[len(prefix) :]) if name.startswith(prefix) else None
+        parsed = parse_chunk(named.group(4)) if named and named.group(2) == self.job else None
         if named is None or parsed is None:
             return
-        streams = self.known.setdefault((int(named.group(1)), int(named.group(2))), {s: {} for s in STREAMS})
+        streams = self.known.setdefault((int(named.group(1)), int(named.group(3))), {s: {} for s in STREAMS})
         had = streams[parsed[0]].get(name)
-        if had is None or had.size is None:
-            streams[parsed[0]][name] = Chunk(parsed[0], parsed[1], size, name)
+        if data is not None:
+            size = len(data)
+        if had is None or had.size is None or (had.data is None and data is not None and had.size == size):
+            streams[parsed[0]][name] = Chunk(parsed[0], parsed[1], size, name, data)
 
     def _list(self) -> None:
         """What is staged, afresh: an announced chunk that is not there (another writer to the bucket may
@@ -439,7 +534,7 @@ class OutputFollower:
         self.known = {}
         for blob in self.client.list_blobs(self.task_instance.bucket, prefix=self.task_instance.object_name("")):
             self._learn(blob.name, int(blob.size or 0))
-        self.listed, self.gap_since = True, None
+        self.listed, self.gap_since, self.list_due = True, None, False
 
     def _gapped(self) -> bool:
         """A chunk is known past what could be read of the current run (checked after a read)."""
@@ -456,20 +551,41 @@ class OutputFollower:
         waits for its end, or for :meth:`flush`); ``("", note)`` when the job moved on to a new run.
         ``ended``: the job has ended, so everything it staged is read: listed, unless ``report`` (what the
         job's wrapper published at its end) shows that the announced chunks held all of it."""
+        found = self._poll(ended, report, offline=False)
+        assert found is not None
+        return found
+
+    def poll_offline(self) -> list[tuple[str, str]] | None:
+        """:meth:`poll` (the job running) when it needs no request: fed, no listing due, and every chunk to
+        read came with its bytes in its announcement. Then it does not block, and a trigger runs it on its
+        event loop (no worker thread); None, having read nothing, when a :meth:`poll` is needed. A listing
+        it finds wanted (a chunk past where the follower is, never listed) is left to that next poll."""
+        return self._poll(False, None, offline=True)
+
+    def _poll(self, ended: bool, report: StagedReport | None, offline: bool) -> list[tuple[str, str]] | None:
+        if offline and not self.announced:
+            return None
         while self.inbox:
-            self._learn(self.inbox.popleft(), None)
+            name, data = self.inbox.popleft()
+            self._learn(name, None, data)
         if self.first_poll is None:
             self.first_poll = self.clock()
         gap_old = self.gap_since is not None and self.clock() - self.gap_since >= GAP_RELIST_SECONDS
-        if not self.announced or gap_old or self._quiet_due() or (ended and report is None):
+        if not self.announced or gap_old or self.list_due or self._quiet_due() or (ended and report is None):
+            if offline:
+                return None
             self._list()
-        found = self._read()
+        found = self._read(offline)
+        if found is None:
+            return None
         # Fed, not listed yet: a chunk it was told of that does not start where it is shows the job staged
         # before the feed listened (the trigger started after the job did): listed at once.
         started_late = self.announced and not self.listed and self._gapped()
-        if started_late or (ended and report is not None and not self._all_read(report)):
+        if offline:
+            self.list_due = started_late
+        elif started_late or (ended and report is not None and not self._all_read(report)):
             self._list()
-            found.extend(self._read())
+            found.extend(self._read() or [])
         return found
 
     def _all_read(self, report: StagedReport) -> bool:
@@ -479,25 +595,32 @@ class OutputFollower:
             self.cursor.offsets.get(stream, 0) >= size for stream, size in staged.items()
         )
 
-    def _read(self) -> list[tuple[str, str]]:
+    def _read(self, offline: bool = False) -> list[tuple[str, str]] | None:
+        """The lines of the newest run's chunks past the cursor; ``offline``: None, having changed nothing,
+        when that would read an object."""
         if not self.known:
             return []
         newest = max(self.known, key=lambda key: (key[1], key[0]))
+        listed = {
+            stream: sorted(items.values(), key=lambda c: c.offset) for stream, items in self.known[newest].items()
+        }
+        if offline and needs_request(listed, self.cursor if newest == self.current else StreamCursor(), self.done):
+            return None
         found: list[tuple[str, str]] = []
         if newest != self.current:
             if self.current is not None:
                 found.extend(self.flush())
                 found.append(("", f"Slurm job {self.job} was requeued: the output of its run {newest[1]} follows"))
             self.current, self.cursor, self.partial = newest, StreamCursor(), {}
-        listed = {
-            stream: sorted(items.values(), key=lambda c: c.offset) for stream, items in self.known[newest].items()
-        }
         for stream, data in read_new(self.client, self.task_instance, self.cursor, listed, self.done).items():
             text = self.partial.pop(stream, b"") + data
             *complete, rest = text.split(b"\n")
             if rest:
                 self.partial[stream] = rest
             found.extend((stream, line.decode("utf-8", "replace")) for line in complete)
+        for items in self.known[newest].values():  # what was read is not looked at again (``done`` has it)
+            for name in [name for name in items if name in self.done]:
+                del items[name]
         if not self._gapped():
             self.gap_since = None
         elif self.gap_since is None:

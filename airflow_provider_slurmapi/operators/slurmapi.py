@@ -585,8 +585,8 @@ class SlurmSubmitJobOperator(SlurmApiHookMixin, BaseOperator):
             except Exception as err:  # the storage's fault: the wait goes on, the end reads again
                 self.log.warning("Could not read Slurm job %s's staged output: %s", job.display_id, err)
                 return
-            for stream, line in lines:
-                self.log.info("%s", redact(storage.logged_line(job.display_id, stream, line)))
+            for record in storage.logged_records(job.display_id, lines):
+                self.log.info("%s", redact(record))
 
         return follow
 

@@ -3,10 +3,12 @@ staged there: the followers of a triggerer read only the chunks that are new, so
 Cloud Storage requests grows with the output written, not with the number of jobs followed.
 
 Like :class:`~airflow_provider_slurmapi.triggers.poller.SharedJobPoller`, a feed lives in memory: it starts
-with the first follower that subscribes in an event loop and is dropped with the last. It has no task of its
-own: a follower about to poll asks it to :meth:`SharedChangeFeed.refresh`, which lists once when the last
-listing is older than the interval (the followers asking meanwhile wait for that listing) and hands each
-subscribed follower the names of its task instance's new chunks.
+with the first follower that subscribes in an event loop and is dropped with the last. Its task lists once
+per interval while it has followers, hands each subscribed follower its task instance's new chunks (their
+names, and the small ones' bytes) and wakes the trigger of each follower it handed something to
+(``OutputFollower.on_news``): a trigger whose job printed nothing new is not woken at all. A follower whose
+job has ended asks it to :meth:`SharedChangeFeed.refresh` with the time the end was seen, to have a listing
+that began after it (the followers asking meanwhile share it).
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ class SharedChangeFeed:
         self._last: float | None = None
         self._listing: asyncio.Future[None] | None = None
         self._listing_started = 0.0  # when the listing under way (or the last one) began
+        self._task: asyncio.Task[None] | None = None
         self.failures = 0
 
     @classmethod
@@ -67,7 +70,23 @@ class SharedChangeFeed:
             return self._client
 
     def subscribe(self, follower: OutputFollower) -> None:
+        """Hand ``follower`` its task instance's new chunks from the next listing on (started once per
+        interval by the feed's task, which the first subscriber starts). On the event loop."""
         self.subscribers.setdefault(follower.task_instance.object_name(""), set()).add(follower)
+        if self._task is None or self._task.done():
+            self._task = asyncio.get_running_loop().create_task(self._run(), name=f"slurm-changes-{self.key[2]}")
+
+    async def _run(self) -> None:
+        """List once per interval while anyone follows (a listing a follower asked for counts)."""
+        while self.subscribers:
+            last = self._last
+            await asyncio.sleep(self.interval if last is None else max(0.0, last + self.interval - time.monotonic()))
+            if not self.subscribers:
+                return
+            try:
+                await self.refresh()
+            except Exception:  # never: _list catches the storage's errors; the feed goes on regardless
+                log.exception("Listing what is new in %s failed", self.feed.root.uri)
 
     def unsubscribe(self, follower: OutputFollower | None) -> None:
         """Leave (``None``: a trigger that got the feed but never followed anything); the last to leave drops
@@ -79,8 +98,12 @@ class SharedChangeFeed:
                 followers.discard(follower)
                 if not followers:
                     del self.subscribers[prefix]
-        if not self.subscribers and self._registry.get(self.key) is self:
-            del self._registry[self.key]
+        if not self.subscribers:
+            if self._task is not None:
+                self._task.cancel()
+                self._task = None
+            if self._registry.get(self.key) is self:
+                del self._registry[self.key]
 
     async def refresh(self, since: float | None = None) -> None:
         """Make sure the followers were told what was announced up to at most ``interval`` seconds ago; with
@@ -105,22 +128,29 @@ class SharedChangeFeed:
         self._listing = asyncio.get_running_loop().create_future()
         self._last = self._listing_started = time.monotonic()
         try:
-            names = await asyncio.to_thread(lambda: self.feed.poll(self.client()))
+            found = await asyncio.to_thread(lambda: self.feed.poll(self.client()))
         except Exception as err:  # the storage's fault: the followers read what they missed at the job's end
             self.failures += 1
             log.warning("Could not list what is new in %s: %s", self.feed.root.uri, err)
-            names = []
+            found = []
         finally:
             listing, self._listing = self._listing, None
             listing.set_result(None)
-        self._route(names)
+        self._route(found)
 
-    def _route(self, names: list[str]) -> None:
-        for name in names:
+    def _route(self, found: list[tuple[str, bytes | None]]) -> None:
+        """Hand each announced chunk (its name, and its bytes if the announcement carried them) to the
+        followers of its task instance, then wake each follower that got any, once."""
+        told: dict[int, OutputFollower] = {}
+        for name, data in found:
             # .../<map_index>/try-<n>/<job>/run-<r>/<stream>/<offset>: the task instance's prefix ends
             # before the last "/try-" (a percent-quoted Airflow id never holds a "/").
-            instance, found, _ = name.rpartition("/try-")
-            if not found:
+            instance, has_try, _ = name.rpartition("/try-")
+            if not has_try:
                 continue
             for follower in self.subscribers.get(f"{instance}/", ()):
-                follower.announce([name])
+                follower.announce([(name, data)])
+                told[id(follower)] = follower
+        for follower in told.values():
+            if follower.on_news is not None:
+                follower.on_news()

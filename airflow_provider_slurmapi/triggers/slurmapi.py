@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncGenerator, AsyncIterator, Coroutine, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Coroutine, Sequence
 from typing import Any
 
 from airflow.providers.common.compat.sdk import redact
@@ -14,6 +14,7 @@ from airflow_provider_slurmapi.api.errors import SlurmJobApiError, SlurmJobSpecE
 from airflow_provider_slurmapi.api.fields import DEFAULT_CONN_ID
 from airflow_provider_slurmapi.api.job_event import ERROR, REACHED, TIMEOUT, JobEvent
 from airflow_provider_slurmapi.api.jobs import SlurmArrayJob, SlurmJob
+from airflow_provider_slurmapi.api.observe import Observation
 from airflow_provider_slurmapi.api.staging import StagedReport, StagingLocation
 from airflow_provider_slurmapi.api.states import DEFAULT_ERROR_BUDGET
 from airflow_provider_slurmapi.api.watch import UNKNOWN_JOB_GRACE, JobWatch, WaitDeadline, within
@@ -256,13 +257,18 @@ class SlurmJobTrigger(BaseTrigger):
         targets = set(self.target_states or ())
         state = "unknown"
         queue = poller.subscribe(job_id, published=self.read_results)
-        running = False  # the job has started and not ended: its output is followed every poll_interval
+        if follow is not None:  # the feed wakes us when it hands the follower new chunks
+            follow.wake = lambda: queue.put_nowait(_NEWS)
+        running = False  # the job has started and not ended: its output is followed
         try:
             while True:
                 remaining = deadline.remaining()
                 wait = remaining
-                if follow is not None and running:  # the poller wakes us on a change only
-                    wait = self.poll_interval if wait is None else min(wait, self.poll_interval)
+                # The poller wakes us on a change only, the feed on news; a follower may be due to look
+                # for itself (a gap, a quiet job; every poll_interval without a feed).
+                due = follow.due_in() if follow is not None and running else None
+                if due is not None:
+                    wait = due if wait is None else min(wait, due)
                 try:
                     seen = await within(wait, queue.get()) if wait is not None else await queue.get()
                 except asyncio.TimeoutError:
@@ -271,6 +277,10 @@ class SlurmJobTrigger(BaseTrigger):
                         continue
                     yield self._event(TIMEOUT, f"Slurm job {self.job_id} still {state} at the deadline")
                     return
+                if seen is _NEWS:
+                    if follow is not None and running:
+                        await follow(False)
+                    continue
                 since = poller.tick_started  # the look that saw ``seen`` began after this
                 error = seen.error
                 if seen.state is not None:
@@ -330,6 +340,14 @@ class _Follow:
         self.feed = feed
         self.positions = positions
         self.follower: storage.OutputFollower | None = None
+        self.wake: Callable[[], None] | None = None  # wakes the trigger's wait (set by it)
+
+    def due_in(self) -> float | None:
+        """Seconds until the wait should call this though nothing woke it (0: at once), None for never:
+        alone, every ``poll_interval``; fed, only when its follower has a gap or a quiet job to list for."""
+        if self.follower is None or self.feed is None:
+            return self.trigger.poll_interval
+        return self.follower.due_in()
 
     def _start(self) -> storage.OutputFollower:
         location = StagingLocation.of(self.trigger.staging_uri or "")
@@ -337,6 +355,7 @@ class _Follow:
         # threads): one connection pool and one token for the location, not one per task.
         client = self.feed.client() if self.feed is not None else self.hook.storage_client()
         follower = storage.OutputFollower(client, location, self.job_id, announced=self.feed is not None)
+        follower.on_news = self.wake
         saved = self.positions.load(self.trigger.log) if self.positions else None
         if saved is not None and follower.resume(saved):
             self.trigger.log.info(
@@ -358,18 +377,23 @@ class _Follow:
                 self.follower = await asyncio.to_thread(self._start)
                 if self.feed is not None:  # before its first listing: no announcement after it is missed
                     self.feed.subscribe(self.follower)
-            elif self.feed is not None and (not ended or report is not None):
-                # At the end, a listing of the feed begun after the end was seen holds the last chunks'
-                # announcements: with the job's report of what it staged, nothing more is listed.
-                await self.feed.refresh(since if ended else None)
-                if not ended and self.follower.idle():  # nothing new: no thread, no request
-                    return
-            found = await asyncio.to_thread(self._lines, self.follower, ended, report)
+            elif ended:
+                if self.feed is not None and report is not None:
+                    # A listing of the feed begun after the end was seen holds the last chunks'
+                    # announcements: with the job's report of what it staged, nothing more is listed.
+                    await self.feed.refresh(since)
+            elif self.follower.idle():  # nothing new: no thread, no request
+                return
+            # Chunks that came with their bytes are read here, on the event loop: no request, no thread.
+            offline = None if ended else self.follower.poll_offline()
+            found = (
+                offline if offline is not None else await asyncio.to_thread(self._lines, self.follower, ended, report)
+            )
         except Exception as err:  # the storage's fault: the wait goes on, the task reads again at the end
             log.warning("Could not read Slurm job %s's staged output: %s", self.job_id, err)
             return
-        for stream, line in found:
-            log.info("%s", redact(self.trigger._mask(storage.logged_line(self.job_id, stream, line))))
+        for record in storage.logged_records(self.job_id, found):
+            log.info("%s", redact(self.trigger._mask(record)))
         if found and self.positions and not ended:
             await asyncio.to_thread(self.positions.save, self.follower.position(), log)
 
@@ -384,6 +408,9 @@ def _staged_report(job: SlurmJob | None) -> StagedReport | None:
     return StagedReport.parse(published.staged) if published is not None and published.staged else None
 
 
+# What the change feed puts on a trigger's queue of observations when it handed the trigger's follower new
+# chunks (compared by identity: no poller delivers it).
+_NEWS = Observation()
 # States in which a job has not run yet: nothing to read of its output.
 _NOT_STARTED = frozenset({"PENDING", "CONFIGURING"})
 # The task instance's XCom that keeps how far a deferred task's trigger logged its job's staged output.

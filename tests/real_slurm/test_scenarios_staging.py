@@ -19,7 +19,14 @@ import pytest
 from backends import Backend
 
 from airflow_provider_slurmapi.api import storage as staged
-from airflow_provider_slurmapi.api.staging import StagedReport, StagingLocation, parse_announcement, parse_chunk
+from airflow_provider_slurmapi.api.staging import (
+    INLINE_LIMIT,
+    StagedReport,
+    StagingLocation,
+    parse_announcement,
+    parse_chunk,
+    parse_inline,
+)
 from tests.fixtures import dag_file
 from tests.harness.storage import STAGING_BUCKET, FakeGcs
 
@@ -91,6 +98,16 @@ def test_the_whole_output_and_a_200_kb_result_come_through_staging(backend, fake
         n for n in fake_gcs.objects(STAGING_BUCKET, job_prefix + "/") if parse_chunk(n[len(job_prefix) + 1 :])
     }
     assert chunk_objects and announced == chunk_objects
+    # a chunk small enough travels in its announcement too (what spares a triggerer reading it), exactly
+    carried = {
+        parsed[1]: parse_inline(metadata)
+        for name, metadata in fake_gcs.metadata(STAGING_BUCKET, f"large-{mode}/.changes/").items()
+        if (parsed := parse_announcement(root, name)) is not None
+    }
+    small = {n for n, size in fake_gcs.objects(STAGING_BUCKET, job_prefix + "/").items() if size <= INLINE_LIMIT}
+    assert small & chunk_objects, "no small chunk: the stderr line should be one"
+    for name in chunk_objects:
+        assert carried[name] == (fake_gcs.read(STAGING_BUCKET, name) if name in small else None), name
     # the task log ends with the last output_tail_lines lines, far past a Slurm comment's 1 KB
     tail = "\n".join(lines[-DAGS_MODULE.TAIL : -1])
     assert f"Slurm job {job_id} stdout, last {DAGS_MODULE.TAIL} lines:\n{tail}\n{lines[-1]}" in log.replace(
@@ -117,9 +134,8 @@ def test_10000_lines_over_a_minute_reach_the_log_as_they_come_and_5_mb_are_stage
     ]
     ended = datetime.fromisoformat(ti.xcom_pull(task_ids="train", key="slurm_job")["end_time"])
     streamed: dict[str, set[datetime]] = {}
-    for line in log.splitlines():
+    for at, line in timed_lines(log):
         found = re.search(rf"\[{job_id} stdout\] (line \d{{5}}) ", line)
-        at = log_time(line)
         if found and at:
             streamed.setdefault(found.group(1), set()).add(at)
     # every line reached the task log once (2.11's dag.test() prints a record twice, at one time) ...
@@ -145,6 +161,17 @@ def test_a_failed_jobs_error_quotes_its_staged_stderr(backend, fake_gcs, monkeyp
     assert f"stderr line {DAGS_MODULE.LINES - 1}" in log
 
 
+def timed_lines(log: str) -> list[tuple[datetime | None, str]]:
+    """Each line of ``log`` with the time of the record it is in: a record of several lines (the job's lines
+    that one poll found) has its time on its first line only."""
+    timed: list[tuple[datetime | None, str]] = []
+    last = None
+    for line in log.splitlines():
+        last = log_time(line) or last
+        timed.append((last, line))
+    return timed
+
+
 def log_time(line: str) -> datetime | None:
     """When a log line was written (UTC, the machine's zone): Airflow 3's ``2026-12-06T23:47:23.711861Z
     [info ...`` or 2.11's ``[2026-12-07 00:00:20,379] {...}``; None for a line without a time."""
@@ -163,13 +190,25 @@ def test_a_running_jobs_output_reaches_the_task_log_before_it_ends(backend, fake
     job_id = ti.xcom_pull(task_ids="train")
     ended = datetime.fromisoformat(ti.xcom_pull(task_ids="train", key="slurm_job")["end_time"])
     # (Airflow 2.11's dag.test() prints each log record twice, with the same time)
-    timed = [(log_time(line), line) for line in log.splitlines()]
+    timed = timed_lines(log)
     streamed = {at for at, line in timed if at and f"[{job_id} stdout] {DAGS_MODULE.LIVE_MARKER}" in line}
     done = {at for at, line in timed if at and f"[{job_id} stdout] done" in line}
     assert len(streamed) == 1 and len(done) == 1, log[-3000:]  # each line once
     assert "how far the job's output was logged" not in log, log[-3000:]  # its position kept without a fault
     # the job sleeps 8 s after the line: it was in the log seconds before the job ended
     assert (ended - streamed.pop()).total_seconds() > 3, ended
+    if mode == "deferred":
+        # The trigger took the lines from the announcements: it read no chunk while the job ran, unless it
+        # began after the job had staged its first line (then it lists the task instance's prefix once and
+        # reads what it finds there).
+        job = ti.xcom_pull(task_ids="train", key="slurm_job")
+        started, ended_at = (datetime.fromisoformat(job[key]).timestamp() for key in ("start_time", "end_time"))
+        instance = ti.xcom_pull(task_ids="train", key="slurm_output_uri").removeprefix(f"gs://{STAGING_BUCKET}/")
+        own = quote(instance.rsplit("/try-", 1)[0] + "/", safe="")
+        during = [(m, p) for m, p, at in fake_gcs.requests_timed() if own in p and started <= at < ended_at]
+        read = [p for m, p in during if m == "GET" and "alt=media" in p]
+        listed = [p for m, p in during if m == "GET" and "prefix=" in p]
+        assert not read or listed, during
 
 
 def test_task_slurm_takes_a_2_mb_argument_and_returns_1_mb_through_staging(backend, fake_gcs, monkeypatch, capfd):

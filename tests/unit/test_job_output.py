@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
+from airflow_provider_slurmapi.api import storage
 from airflow_provider_slurmapi.plugins.output import PAGE_LINES, LoggedOutput, job_lines
 from airflow_provider_slurmapi.triggers.slurmapi import SlurmJobTrigger
 
@@ -30,6 +31,20 @@ def test_only_the_jobs_own_lines_are_taken_from_the_log_in_order():
         ("stdout", "in one record"),
     ]
     assert job_lines(messages, "42_1") == [("stdout", "an array task's line")]
+
+
+def test_the_lines_a_poll_found_are_logged_in_few_records_that_the_page_reads_back_line_by_line():
+    found = [("stdout", f"epoch {i} loss=0.{i}") for i in range(2000)]
+    found[7:7] = [("stderr", "warning: slow"), ("", "Slurm job 42 was requeued: the output of its run 1 follows")]
+    found.append(("stdout", "x" * 100_000))  # longer than a record: alone
+    records = storage.logged_records("42", found, limit=4096)
+    assert all(len(record) <= 4096 for record in records[:-1]) and records[-1] == "[42 stdout] " + "x" * 100_000
+    assert 2002 // 200 < len(records) < 2002 // 100  # each about 4 KB of ~25-character lines: far fewer than lines
+    text = "\n".join(records).splitlines()
+    assert text[7:9] == ["[42 stderr] warning: slow", "Slurm job 42 was requeued: the output of its run 1 follows"]
+    expected = [(stream, line) for stream, line in found if stream]
+    assert job_lines([SimpleNamespace(event=record) for record in records], "42") == expected
+    assert storage.logged_records("42", []) == []
 
 
 def test_pages_hold_page_lines_numbered_from_one_and_a_page_past_the_end_is_the_last():

@@ -12,7 +12,14 @@ import pytest
 from google.auth.credentials import AnonymousCredentials
 
 from airflow_provider_slurmapi.api import storage
-from airflow_provider_slurmapi.api.staging import StagedReport, StagingLocation, announcement_name, chunk_name
+from airflow_provider_slurmapi.api.staging import (
+    INLINE_LIMIT,
+    StagedReport,
+    StagingLocation,
+    announcement_name,
+    chunk_name,
+    inline_metadata,
+)
 from tests.harness.storage import STAGING_BUCKET, FakeGcs
 
 TASK = StagingLocation(STAGING_BUCKET, "unit").for_task_instance("d", "t", "r", -1)
@@ -144,12 +151,22 @@ class Clock:
         return self.now
 
 
-def stage(fake_gcs: FakeGcs, run: StagingLocation, stream: str, offset: int, data: bytes, at: int | None) -> str:
-    """A chunk as a job's wrapper stores it, then announces it at ``at`` (None: the announcement is lost)."""
+def stage(
+    fake_gcs: FakeGcs,
+    run: StagingLocation,
+    stream: str,
+    offset: int,
+    data: bytes,
+    at: int | None,
+    inline: bool = False,
+) -> str:
+    """A chunk as a job's wrapper stores it, then announces it at ``at`` (None: the announcement is lost);
+    ``inline``: with its bytes in the announcement, as the wrapper does for a small chunk it stored."""
     name = run.object_name(chunk_name(stream, offset))
     fake_gcs.write(STAGING_BUCKET, name, data)
     if at is not None:
-        fake_gcs.write(STAGING_BUCKET, announcement_name(ROOT, at, name), b"")
+        metadata = inline_metadata(data) if inline else None
+        fake_gcs.write(STAGING_BUCKET, announcement_name(ROOT, at, name), b"", metadata)
     return name
 
 
@@ -160,19 +177,25 @@ def test_a_feed_lists_each_announcement_once_from_shortly_before_the_newest_on(c
     stage(fake_gcs, run, "stdout", 0, b"old\n", 2_000_000_000 - storage.CHANGES_WINDOW - 5)
     first = stage(fake_gcs, run, "stdout", 4, b"a\n", 2_000_000_000 - 10)
     fake_gcs.write(STAGING_BUCKET, f"{ROOT.prefix}/.changes/2000000001/not-a-chunk", b"")  # another writer's
-    assert feed.poll(client) == [first]  # the old one is before the window: its job lists it itself
+    assert feed.poll(client) == [(first, None)]  # the old one is before the window: its job lists it itself
     assert feed.poll(client) == []  # each once
     second = stage(fake_gcs, run, "stdout", 6, b"b\n", 2_000_000_000 + 20)
     other_node = stage(fake_gcs, run, "stderr", 0, b"c\n", 2_000_000_000 - 10)
     clock.now += 30
-    assert feed.poll(client) == [other_node, second]  # in the order of their times
+    assert feed.poll(client) == [(other_node, None), (second, None)]  # in the order of their times
     assert feed.floor() == 2_000_000_000 + 20 - storage.CHANGES_WINDOW
-    # an announcement landing late (its upload took 30 s, or its node's clock is 30 s behind) is listed;
-    # one older than the window is not
-    late = stage(fake_gcs, run, "stderr", 2, b"d\n", 2_000_000_000 + 20 - 30)
+    # an announcement landing late (its upload took 15 s, or its node's clock is 15 s behind) is not in the
+    # next listings, which start shortly before the newest; the next sweep of the window lists it. One
+    # older than the window is never listed.
+    late = stage(fake_gcs, run, "stderr", 2, b"d\n", 2_000_000_000 + 20 - storage.CHANGES_WINDOW + 5)
     too_late = stage(fake_gcs, run, "stderr", 4, b"e\n", 2_000_000_000 + 20 - storage.CHANGES_WINDOW - 1)
-    assert feed.poll(client) == [late]
-    assert too_late not in feed.poll(client)
+    just_late = stage(fake_gcs, run, "stderr", 6, b"g\n", 2_000_000_000 + 20 - storage.CHANGES_RECENT)
+    assert feed.poll(client) == [(just_late, None)]  # within a second or two: in the next listing
+    clock.now += storage.CHANGES_WINDOW - 1
+    assert feed.poll(client) == []
+    clock.now += 1
+    assert feed.poll(client) == [(late, None)]
+    assert (too_late, None) not in feed.poll(client)
     # a node clock ahead of this host's does not move the window past this host's time
     stage(fake_gcs, run, "stdout", 8, b"f\n", 2_000_000_000 + 3600)
     feed.poll(client)
@@ -221,6 +244,56 @@ def test_a_fed_follower_lists_only_what_it_was_not_told_of(client, fake_gcs):
     # lost is read
     stage(fake_gcs, run, "stderr", 0, b"bye", None)
     assert follower.poll(ended=True) == [] and follower.flush() == [("stderr", "bye")]
+
+
+def test_a_small_chunks_bytes_come_with_its_announcement_and_no_object_is_read(client, fake_gcs):
+    """The listing of the announcements delivers each small chunk's bytes: the follower logs its lines
+    without reading the chunk, while a chunk too large to carry is read by name as before."""
+    clock = Clock(2_000_000_000)
+    feed = storage.ChangeFeed(StagingLocation(STAGING_BUCKET, "unit-feed"), clock)
+    location = ROOT.for_task_instance("d", "inline", "r", -1)
+    run = ROOT.for_task("d", "inline", "r", -1, 1).for_job("11")
+    follower = storage.OutputFollower(client, location, "11", announced=True)
+    assert follower.poll() == []
+    feed.poll(client)  # what other tests announced in the window
+    one = stage(fake_gcs, run, "stdout", 0, b"epoch 1 loss 0.5\nepoch 2", 2_000_000_000, inline=True)
+    big = b"x" * INLINE_LIMIT + b"\n"
+    two = stage(fake_gcs, run, "stdout", 24, b" loss 0.4\n" + big, 2_000_000_000, inline=True)
+    three = stage(fake_gcs, run, "stdout", 34 + len(big), b"epoch 3\n", 2_000_000_001, inline=True)
+    before = len(fake_gcs.requests_seen())
+    found = dict(feed.poll(client))
+    assert found[one] == b"epoch 1 loss 0.5\nepoch 2" and found[two] is None and found[three] == b"epoch 3\n"
+    follower.announce([(one, found[one])])
+    assert follower.poll() == [("stdout", "epoch 1 loss 0.5")]
+    requests = fake_gcs.requests_seen()[before:]
+    assert len(requests) == 1 and ".changes" in requests[0][1]  # the listing only: no chunk was read
+    follower.announce([(two, found[two]), (three, found[three])])
+    before = len(fake_gcs.requests_seen())
+    assert follower.poll() == [("stdout", "epoch 2 loss 0.4"), ("stdout", big[:-1].decode()), ("stdout", "epoch 3")]
+    requests = fake_gcs.requests_seen()[before:]
+    assert len(requests) == 1 and "stdout%2F000000000024" in requests[0][1]  # the large one, by name
+
+
+def test_an_announcements_bytes_that_do_not_match_its_chunk_are_not_taken(client, fake_gcs):
+    """Anyone who may write to the bucket may announce anything (as they may write a chunk): bytes that
+    are not a chunk's (not base64, a size that does not match) are left out and the chunk's object is
+    read; a listing of the job's prefix that gives another size than the announcement wins over it."""
+    clock = Clock(2_000_000_100)
+    feed = storage.ChangeFeed(StagingLocation(STAGING_BUCKET, "unit-feed"), clock)
+    feed.poll(client)  # what other tests announced in the window
+    location = ROOT.for_task_instance("d", "forged", "r", -1)
+    run = ROOT.for_task("d", "forged", "r", -1, 1).for_job("12")
+    name = run.object_name(chunk_name("stdout", 0))
+    fake_gcs.write(STAGING_BUCKET, name, b"real\n")
+    forged = {"n": "6", "d0": "Zm9yZ2VkCg"}  # "forged\n" is 7 bytes, not 6
+    fake_gcs.write(STAGING_BUCKET, announcement_name(ROOT, 2_000_000_100, name), b"", forged)
+    fake_gcs.write(STAGING_BUCKET, announcement_name(ROOT, 2_000_000_101, name), b"", {"n": "5", "d0": "!!!"})
+    assert [item for item in feed.poll(client) if item[0] == name] == [(name, None), (name, None)]
+    follower = storage.OutputFollower(client, location, "12", announced=True)
+    follower.poll()
+    follower._list()  # listed: the object's own size (5) is known
+    follower.announce([(name, b"forged")])  # 6 bytes: not the listed chunk's
+    assert follower.poll() == [("stdout", "real")]
 
 
 def test_a_fed_follower_told_of_nothing_for_a_minute_lists_once(client, fake_gcs):
@@ -305,7 +378,7 @@ def test_the_triggers_of_a_loop_share_one_listing_and_each_hears_only_of_its_own
         before = listings()  # other tests' listings of the same location
         await asyncio.gather(*(feed.refresh() for _ in range(10)))  # ten triggers polling at once
         assert listings() == before + 1  # one listing for all
-        assert list(first.inbox) == [mine] and list(second.inbox) == [theirs]
+        assert list(first.inbox) == [(mine, None)] and list(second.inbox) == [(theirs, None)]
         assert len(made) == 1 and made[0] is not threading.main_thread()
         await feed.refresh()  # within the interval: no listing
         assert listings() == before + 1
@@ -315,6 +388,91 @@ def test_the_triggers_of_a_loop_share_one_listing_and_each_hears_only_of_its_own
         assert feed.key not in SharedChangeFeed._registry  # the last to leave drops it
 
     asyncio.run(main())
+
+
+def test_the_feed_lists_on_its_own_and_wakes_only_the_triggers_it_told_of_new_chunks(client, fake_gcs):
+    """A trigger whose job printed nothing new is not woken: the feed's task lists once per interval and
+    calls ``on_news`` of each follower it handed chunks to, once per listing however many chunks."""
+    import asyncio
+
+    from airflow_provider_slurmapi.triggers.changes import SharedChangeFeed
+
+    run = ROOT.for_task("d", "woken", "r", -1, 1).for_job("23")
+
+    async def main() -> None:
+        feed = SharedChangeFeed.get("conn-woken", ROOT, 0.2, lambda: client)
+        woken = storage.OutputFollower(client, ROOT.for_task_instance("d", "woken", "r", -1), "23", announced=True)
+        quiet = storage.OutputFollower(client, ROOT.for_task_instance("d", "quiet2", "r", -1), "24", announced=True)
+        news: dict[str, int] = {"woken": 0, "quiet": 0}
+        told = asyncio.Event()
+
+        def wake(name: str) -> None:
+            news[name] += 1
+            told.set()
+
+        woken.on_news, quiet.on_news = (lambda: wake("woken")), (lambda: wake("quiet"))
+        feed.subscribe(woken)
+        feed.subscribe(quiet)
+        now = int(__import__("time").time())
+        one = stage(fake_gcs, run, "stdout", 0, b"a\n", now, inline=True)
+        two = stage(fake_gcs, run, "stdout", 2, b"b\n", now, inline=True)
+        await asyncio.wait_for(told.wait(), 30)  # nobody asked: the feed's own task listed
+        assert news == {"woken": 1, "quiet": 0}
+        assert woken.poll() == [("stdout", "a"), ("stdout", "b")] and {one, two} <= woken.done
+        feed.unsubscribe(woken)
+        feed.unsubscribe(quiet)
+        assert feed._task is None and feed.key not in SharedChangeFeed._registry
+
+    asyncio.run(main())
+
+
+def test_a_poll_that_needs_no_request_is_made_offline_and_one_that_does_is_left_to_a_poll(client, fake_gcs):
+    """What the trigger runs on its event loop: lines of chunks that came with their bytes; a chunk
+    announced by name only, or a listing wanted, makes ``poll_offline`` give None having read nothing."""
+    location = ROOT.for_task_instance("d", "offline", "r", -1)
+    run = ROOT.for_task("d", "offline", "r", -1, 1).for_job("26")
+    follower = storage.OutputFollower(client, location, "26", announced=True)
+    before = len(fake_gcs.requests_seen())
+    assert follower.poll_offline() == []
+    follower.announce([(stage(fake_gcs, run, "stdout", 0, b"one\ntw", 1), b"one\ntw")])
+    assert follower.poll_offline() == [("stdout", "one")]
+    follower.announce([(stage(fake_gcs, run, "stdout", 6, b"o\n", 2), b"o\n")])
+    follower.announce([stage(fake_gcs, run, "stdout", 8, b"three\n", 3)])  # too large to carry, say
+    assert follower.poll_offline() is None  # one of them needs a read: none was taken
+    assert fake_gcs.requests_seen()[before:] == []  # no request so far
+    assert follower.poll() == [("stdout", "two"), ("stdout", "three")]
+    reads = [path for _, path in fake_gcs.requests_seen()[before:] if "alt=media" in path]
+    assert len(reads) == 1 and "stdout%2F000000000008" in reads[0]  # the one read
+
+    # A trigger that began after its job had staged: the first chunk it is told of is past where it is. The
+    # lines it can have are not read past the gap; the listing is left to the next poll, due at once.
+    late = storage.OutputFollower(client, ROOT.for_task_instance("d", "offline", "r", -1), "26", announced=True)
+    assert late.poll_offline() == []
+    late.announce([(stage(fake_gcs, run, "stdout", 14, b"four\n", 4), b"four\n")])
+    assert late.poll_offline() == [] and late.due_in() == 0 and not late.idle()
+    assert late.poll_offline() is None
+    assert late.poll() == [("stdout", "one"), ("stdout", "two"), ("stdout", "three"), ("stdout", "four")]
+    assert late.due_in() is None and late.idle()
+
+
+def test_a_fed_follower_is_due_to_poll_by_itself_only_for_a_gap_or_a_quiet_job(client, fake_gcs):
+    clock = Clock(0.0)
+    location = ROOT.for_task_instance("d", "due", "r", -1)
+    run = ROOT.for_task("d", "due", "r", -1, 1).for_job("25")
+    assert storage.OutputFollower(client, location, "25").due_in() == 0  # alone: it lists every poll
+    follower = storage.OutputFollower(client, location, "25", announced=True, clock=clock)
+    assert follower.due_in() is None  # never polled: the trigger polls it when the job runs
+    follower.poll()
+    assert follower.due_in() == storage.GAP_RELIST_SECONDS  # quiet: looked for once, a minute on
+    follower.announce([(stage(fake_gcs, run, "stdout", 0, b"a\n", 1), b"a\n")])
+    follower.poll()
+    assert follower.due_in() is None  # told of its chunks from the start: only news wakes it
+    follower.announce([(stage(fake_gcs, run, "stdout", 9, b"late\n", 2), b"late\n")])  # past a gap
+    follower.poll()
+    clock.now += 20
+    assert follower.due_in() == storage.GAP_RELIST_SECONDS - 20
+    clock.now += storage.GAP_RELIST_SECONDS
+    assert follower.due_in() == 0
 
 
 def test_an_announcement_of_a_chunk_that_is_not_there_holds_the_follower_once_only(client, fake_gcs):
@@ -400,7 +558,7 @@ def test_the_followers_of_jobs_seen_ended_by_one_tick_share_one_listing_begun_af
         await feed.refresh()  # within the interval: not listed again, so the last chunk is not heard of
         assert listings() == before and not follower.inbox
         await asyncio.gather(*(feed.refresh(since=tick) for _ in range(5)))  # five jobs that ended
-        assert listings() == before + 1 and list(follower.inbox) == [last]
+        assert listings() == before + 1 and list(follower.inbox) == [(last, None)]
         await feed.refresh(since=tick)  # a listing begun after the tick was made: none more
         assert listings() == before + 1
         feed.unsubscribe(follower)
