@@ -55,7 +55,7 @@ ROOT = Path(__file__).resolve().parent.parent
 PY = sys.executable
 BUCKET = "bench-staging"
 PREFIX = "bench"
-LAST_PASS = 20.0
+LAST_PASS = 30.0
 PUBLISH_GROUP = 50
 LINE = re.compile(r"\[(\d+) stdout\] line (\d+) printed (\d+\.\d+)")
 
@@ -157,8 +157,7 @@ def measure(mode: str, n: int, interval: float, duration: float) -> dict[str, An
     cpu_samples.append((end, time.process_time()))
     lines = []
     for at, message in logged:
-        found = LINE.search(message)
-        if found:
+        for found in LINE.finditer(message):  # a record holds the lines of a poll
             lines.append((int(found.group(1)), int(found.group(2)), at - float(found.group(3))))
     return {"cpu0": cpu0, "cpu_samples": cpu_samples, "end": end, "lags": lags, "lines": lines, "ends": ends}
 
@@ -203,7 +202,12 @@ class Writers:
         self._thread.join()
 
     def _store(self, i: int, job: int, upto: float, last: bool = False) -> None:
-        from airflow_provider_slurmapi.api.staging import StagingLocation, announcement_name, chunk_name
+        from airflow_provider_slurmapi.api.staging import (
+            StagingLocation,
+            announcement_name,
+            chunk_name,
+            inline_metadata,
+        )
 
         if last:
             self.final_from[job] = self.printed[job]
@@ -221,7 +225,8 @@ class Writers:
         name = run.object_name(chunk_name("stdout", self.offsets[job]))
         try:
             self.storage.write(BUCKET, name, data)
-            self.storage.write(BUCKET, announcement_name(StagingLocation(BUCKET, PREFIX), int(time.time()), name), b"")
+            announcement = announcement_name(StagingLocation(BUCKET, PREFIX), int(time.time()), name)
+            self.storage.write(BUCKET, announcement, b"", inline_metadata(data))
         except Exception:
             self.failures += 1
             return
