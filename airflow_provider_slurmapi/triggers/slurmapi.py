@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Coroutine, Sequence
 from typing import Any
 
@@ -341,13 +342,18 @@ class _Follow:
         self.positions = positions
         self.follower: storage.OutputFollower | None = None
         self.wake: Callable[[], None] | None = None  # wakes the trigger's wait (set by it)
+        self.failed_at: float | None = None  # when the last poll failed (time.monotonic()), if it did
 
     def due_in(self) -> float | None:
         """Seconds until the wait should call this though nothing woke it (0: at once), None for never:
-        alone, every ``poll_interval``; fed, only when its follower has a gap or a quiet job to list for."""
+        alone, every ``poll_interval``; fed, only when its follower has a gap or a quiet job to list for.
+        After a poll that failed, not before ``poll_interval`` has passed."""
         if self.follower is None or self.feed is None:
             return self.trigger.poll_interval
-        return self.follower.due_in()
+        due = self.follower.due_in()
+        if due is not None and self.failed_at is not None:
+            due = max(due, self.failed_at + self.trigger.poll_interval - time.monotonic())
+        return due
 
     def _start(self) -> storage.OutputFollower:
         location = StagingLocation.of(self.trigger.staging_uri or "")
@@ -390,8 +396,10 @@ class _Follow:
                 offline if offline is not None else await asyncio.to_thread(self._lines, self.follower, ended, report)
             )
         except Exception as err:  # the storage's fault: the wait goes on, the task reads again at the end
+            self.failed_at = time.monotonic()
             log.warning("Could not read Slurm job %s's staged output: %s", self.job_id, err)
             return
+        self.failed_at = None
         for record in storage.logged_records(self.job_id, found):
             log.info("%s", redact(self.trigger._mask(record)))
         if found and self.positions and not ended:

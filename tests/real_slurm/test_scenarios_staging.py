@@ -163,11 +163,12 @@ def test_a_failed_jobs_error_quotes_its_staged_stderr(backend, fake_gcs, monkeyp
 
 def timed_lines(log: str) -> list[tuple[datetime | None, str]]:
     """Each line of ``log`` with the time of the record it is in: a record of several lines (the job's lines
-    that one poll found) has its time on its first line only."""
+    that one poll found) has its time on its first line only, and its other lines start with the job's
+    ``[42 stdout] ``; any other line without a time has none (pytest's own copy of the log, for one)."""
     timed: list[tuple[datetime | None, str]] = []
     last = None
     for line in log.splitlines():
-        last = log_time(line) or last
+        last = last if staged.LOGGED_LINE.match(line) else log_time(line)
         timed.append((last, line))
     return timed
 

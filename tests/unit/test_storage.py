@@ -426,6 +426,34 @@ def test_the_feed_lists_on_its_own_and_wakes_only_the_triggers_it_told_of_new_ch
     asyncio.run(main())
 
 
+def test_a_trigger_whose_poll_failed_does_not_poll_again_before_its_poll_interval(client, fake_gcs):
+    """A listing that keeps failing (the storage down) is due at once by the follower's account; the
+    trigger tries again a poll interval later, not in a loop."""
+    import asyncio
+    import time
+
+    from airflow_provider_slurmapi.triggers.slurmapi import SlurmJobTrigger, _Follow
+
+    trigger = SlurmJobTrigger(job_id=27, poll_interval=7, staging_uri=ROOT.uri, staging_root=ROOT.uri)
+    follow = _Follow(trigger, None, "27", feed=object(), positions=None)  # type: ignore[arg-type]
+    assert follow.due_in() == 7  # nothing followed yet: every poll interval
+    follow.follower = storage.OutputFollower(
+        client, ROOT.for_task_instance("d", "fails", "r", -1), "27", announced=True
+    )
+    follow.follower.list_due = True
+    assert follow.due_in() == 0
+    fake_gcs.fail_next(10**6, status=403)
+    before = time.monotonic()
+    try:
+        asyncio.run(follow(False))  # its listing refused: logged, and the wait goes on
+    finally:
+        fake_gcs.fail_next(0)
+    assert follow.failed_at is not None and follow.failed_at >= before
+    assert 6 < (follow.due_in() or 0) <= 7
+    asyncio.run(follow(False))  # the storage answers again
+    assert follow.failed_at is None and follow.due_in() is None
+
+
 def test_a_poll_that_needs_no_request_is_made_offline_and_one_that_does_is_left_to_a_poll(client, fake_gcs):
     """What the trigger runs on its event loop: lines of chunks that came with their bytes; a chunk
     announced by name only, or a listing wanted, makes ``poll_offline`` give None having read nothing."""
