@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import atexit
 import importlib.util
 import json
 import os
@@ -36,11 +37,21 @@ os.environ["AIRFLOW__DAG_PROCESSOR__DAG_BUNDLE_CONFIG_LIST"] = json.dumps(
 os.environ.setdefault("AIRFLOW__CORE__UNIT_TEST_MODE", "False")
 
 
+def _remove_own_home() -> None:
+    if _OWN_HOME:
+        shutil.rmtree(_HOME, ignore_errors=True)
+
+
+# At the process's exit too, and registered before Airflow is imported, so that it runs after Airflow's
+# own exit handlers: an xdist worker that got no test may be stopped (execnet interrupts its main thread)
+# while it is still importing Airflow, which creates logs/ in the home; pytest_unconfigure never runs then.
+atexit.register(_remove_own_home)
+
+
 def pytest_unconfigure(config: pytest.Config) -> None:
     """The session's own AIRFLOW_HOME goes with it (one folder per session, and per xdist worker, was left
     in /tmp). A home given with SLURMAPI_TEST_AIRFLOW_HOME is the caller's, and stays."""
-    if _OWN_HOME:
-        shutil.rmtree(_HOME, ignore_errors=True)
+    _remove_own_home()
 
 
 @pytest.fixture(scope="session")
