@@ -157,6 +157,12 @@ def job_state(reply: Reply) -> list[str]:
     return list(record["job_state"] if "job_state" in record else record["state"]["current"])
 
 
+def started(reply: Reply) -> bool:
+    """The job's script has run its first line, which set the job's comment to ``started``."""
+    status, body = reply
+    return status == 200 and bool(body.get("jobs")) and body["jobs"][0].get("comment") == "started"
+
+
 def terminal(reply: Reply) -> bool:
     return is_terminal(job_state(reply))
 
@@ -379,8 +385,11 @@ def test_failed_job(sides, v):
 def test_cancel_and_cancel_again(sides, v):
     def run(side: Side) -> dict[str, Reply]:
         steps: dict[str, Reply] = {}
-        job_id = side.submit(v, "#!/bin/bash\nsleep 300\n", steps)
-        side.poll(f"/slurm/{v}/job/{job_id}", lambda r: "RUNNING" in job_state(r), steps, "job")
+        # The script says it runs (its comment) before the cancel: a job cancelled once RUNNING but before
+        # slurmstepd had started its script gets SIGKILL, not TERM (CI40, under load: ERROR 137).
+        script = '#!/bin/bash\nscontrol update JobId="$SLURM_JOB_ID" Comment=started\nsleep 300\n'
+        job_id = side.submit(v, script, steps)
+        side.poll(f"/slurm/{v}/job/{job_id}", lambda r: "RUNNING" in job_state(r) and started(r), steps, "job")
         steps["delete"] = side.call("DELETE", f"/slurm/{v}/job/{job_id}")
         side.poll(f"/slurm/{v}/job/{job_id}", terminal, steps, "after_cancel")
         steps["delete_again"] = side.call("DELETE", f"/slurm/{v}/job/{job_id}")

@@ -77,7 +77,8 @@ def test_the_peak_memory_of_a_job_whose_steps_were_sampled_is_its_max_rss(backen
     """Real Slurm records a step's peak RSS (``tres.requested.max``'s ``mem``) only once jobacct_gather has
     sampled it: a job shorter than the cluster's JobAcctGatherFrequency (30 s on the test clusters) has none
     unless it asks a shorter interval (``account_gather_frequency``), as this one does."""
-    ti, log = run(backend, monkeypatch, capfd, f"results_memory_{mode}")
+    # (a time limit far past the job: the emulator's minute is a second, and a loaded machine is slow)
+    ti, log = run(backend, monkeypatch, capfd, f"results_memory_{mode}", time_limit=60)
     assert state(ti) == "success", log[-3000:]
     job_id = ti.xcom_pull(task_ids="train")
     used = ti.xcom_pull(task_ids="train", key="slurm_usage")
